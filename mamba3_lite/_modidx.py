@@ -5,5 +5,7 @@ d = { 'settings': { 'branch': 'main',
                 'doc_host': 'https://mamba3-lite.github.io',
                 'git_url': 'https://github.com/mamba3-lite/mamba3_lite',
                 'lib_path': 'mamba3_lite'},
-  'syms': { 'mamba3_lite.foundations': { 'mamba3_lite.foundations.discretise': ( 'foundations.html#discretise',
+  'syms': { 'mamba3_lite.foundations': { 'mamba3_lite.foundations.assert_close': ( 'foundations.html#assert_close',
+                                                                                   'mamba3_lite/foundations.py'),
+                                         'mamba3_lite.foundations.discretise': ( 'foundations.html#discretise',
                                                                                  'mamba3_lite/foundations.py')}}}
