@@ -20,6 +20,11 @@ min_python = cfg['min_python']
 
 setuptools.setup(
     name=cfg['lib_name'],
+    version=cfg['version'],
+    description=cfg['description'],
+    keywords=cfg['keywords'].split(),
+    author=cfg['author'],
+    author_email=cfg['author_email'],
     license=lic[0],
     classifiers=[
         'Development Status :: ' + statuses[int(cfg['status'])],
