@@ -175,7 +175,7 @@ _TASK_CHARS = 1 << 18                    # one tokenization task for a worker: a
 
 def _cut_point(text: str, target: int, start: int = 0) -> int | None:
     "A safe cut in `text[start+1:]`: the last one at or before `target`, else the first after it; None if there is none."
-    for window in (4096, 65536):                  # look back a little first: pieces are long and cuts are common
+    for window in (256, 4096, 65536):             # look back a little first: in text, cuts are every few characters
         last = None
         for m in _CUT.finditer(text, max(start + 1, target - window), target + 1): last = m.start()
         if last is not None: return last
@@ -298,7 +298,8 @@ def _documents(src: dict) -> Iterator[Iterable[str]]:
     elif kind == "hf":
         import datasets
         ds = datasets.load_dataset(src["name"], src["config"], split="train", streaming=True)
-        for row in ds:
+        for i, row in enumerate(ds):
+            if i == 0 and "text" not in row: raise ValueError(f"{src['spec']}: no \"text\" column (columns: {', '.join(row)})")
             text = row.get("text")
             if text is None: continue
             if not isinstance(text, str): raise ValueError(f"{src['spec']}: \"text\" is {type(text).__name__}, not a string")
@@ -306,6 +307,12 @@ def _documents(src: dict) -> Iterator[Iterable[str]]:
     else: raise ValueError(f"unknown source kind {kind!r}")
 
 # %% ../nbs/06_data.ipynb #dce4d46c
+def _encode_ordinary(enc: tiktoken.Encoding, text: str) -> np.ndarray:
+    "`enc.encode_ordinary(text)` as uint16 ids, straight from tiktoken's buffer where it can (no Python list)."
+    if hasattr(enc, "encode_to_numpy"):          # tiktoken >= 0.7; nothing allowed, nothing disallowed = ordinary text
+        return enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=()).astype(np.uint16)
+    return np.array(enc.encode_ordinary(text), dtype=np.uint16)
+
 def _encode_task(task) -> tuple[np.ndarray, np.ndarray]:
     "Worker: tokenize a task's pieces into (train tokens, val tokens), an EOT in front of every document start."
     enc = get_tokenizer()
@@ -313,7 +320,7 @@ def _encode_task(task) -> tuple[np.ndarray, np.ndarray]:
     eot = np.array([EOT_ID], np.uint16)
     for is_val, starts_doc, text in task:
         if starts_doc: parts[is_val].append(eot)
-        parts[is_val].append(np.array(enc.encode_ordinary(text), dtype=np.uint16))
+        parts[is_val].append(_encode_ordinary(enc, text))
     return tuple(np.concatenate(p) if p else np.zeros(0, np.uint16) for p in parts)
 
 def _tasks(sources: list[dict], val_fraction: float, stats: dict) -> Iterator[list]:
@@ -333,6 +340,12 @@ def _tasks(sources: list[dict], val_fraction: float, stats: dict) -> Iterator[li
         except UnicodeDecodeError as e:
             raise ValueError(f"{src.get('path', src['spec'])}: not UTF-8 text ({e.reason} at byte {e.start} of a block)") from None
     if task: yield task
+
+def _worker_init():
+    "Pool workers: leave Ctrl-C to the main process (it terminates them), die quietly on SIGTERM, load the tokenizer."
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    get_tokenizer()
 
 def _ordered_map(pool, fn, items: Iterable, depth: int) -> Iterator:
     "`pool.imap` with at most `depth` tasks in flight, so a huge input is never read ahead into memory."
@@ -406,7 +419,7 @@ def prepare(inputs, out_dir, val_fraction: float = 0.005, shard_tokens: int = 10
     if workers > 1 and multiprocessing.current_process().daemon:
         warnings.warn("prepare: a daemonic process can't start workers; tokenizing in this process"); workers = 1
     sources = _resolve_inputs(inputs)
-    out_dir = Path(out_dir)
+    out_dir = Path(os.path.abspath(out_dir))           # absolute (`--out .` has no name to put a staging folder next to)
     if _keep_existing and (out_dir / "meta.json").is_file(): return json.loads((out_dir / "meta.json").read_text())
     _check_out_dir(out_dir, overwrite)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -419,7 +432,7 @@ def prepare(inputs, out_dir, val_fraction: float = 0.005, shard_tokens: int = 10
     try:
         if workers > 1:
             ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-            pool = ctx.Pool(workers, initializer=get_tokenizer)
+            pool = ctx.Pool(workers, initializer=_worker_init)
             results = _ordered_map(pool, _encode_task, _tasks(sources, val_fraction, stats), depth=2 * workers)
         else:
             results = map(_encode_task, _tasks(sources, val_fraction, stats))
@@ -543,7 +556,7 @@ class PretrainDataset:
 
     def sampler(self, batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1, shuffle: bool = True) -> "ResumableSampler":
         "A `ResumableSampler` over this dataset's windows."
-        return ResumableSampler(len(self), batch_size, seed=seed, rank=rank, world_size=world_size, shuffle=shuffle)
+        return ResumableSampler(len(self), seed, rank, world_size, shuffle, batch_size=batch_size)
 
     # memmaps are not sent to DataLoader workers (pickling one copies the whole array): reopen them there
     def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != "shards"}
@@ -584,7 +597,7 @@ def shuffled_order(n: int, seed: int, epoch: int) -> np.ndarray:
 
 class ResumableSampler:
     "Batch sampler: rank `rank`'s block of each global batch of `batch_size * world_size` windows; resumable."
-    def __init__(self, dataset_len: int, batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1, shuffle: bool = True):
+    def __init__(self, dataset_len: int, seed: int = 0, rank: int = 0, world_size: int = 1, shuffle: bool = True, *, batch_size: int):
         if batch_size < 1 or world_size < 1: raise ValueError("batch_size and world_size must be >= 1")
         if not 0 <= rank < world_size: raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         if not 0 <= seed < 2**64: raise ValueError(f"seed must be in [0, 2**64), got {seed}")

@@ -72,6 +72,7 @@ class Pretrainer:
         self._restart_batches()
         # model
         self.model = Mamba3Transformer(ModelConfig(**cfg.model_kwargs())).to(self.device)
+        self.model.check_token_ids = False     # the shards were checked against vocab_size when opened; saves a sync per call
         self.n_params = sum(p.numel() for p in self.model.parameters())
         self._ddp = self._fsdp = None
         self.train_model = self._wrap(self.model)
@@ -251,9 +252,9 @@ class Pretrainer:
             self.logger.event(at, "rollback", f"{cfg.nan_guard_max_consecutive} non-finite steps in a row and no checkpoint "
                               "to roll back to: continuing from the current weights (the bad updates were skipped)")
             return
-        sampler_state, tokens = self.sampler.state_dict(), self.tokens_seen
+        sampler_state, tokens, guard = self.sampler.state_dict(), self.tokens_seen, self.guard.state_dict()
         self.load_state_dict(state, restore_data=False)
-        self.tokens_seen = tokens
+        self.tokens_seen = tokens; self.guard.load_state_dict(guard)      # the data and the guard's counts go on
         self.logger.event(at, "rollback", f"{cfg.nan_guard_max_consecutive} non-finite steps in a row: rolled back to "
                           f"{path.name} (step {self.step}); data continues at epoch {sampler_state['epoch']} position "
                           f"{sampler_state['position']}, skipping the batches since the checkpoint", to_step=self.step)
@@ -274,17 +275,19 @@ class Pretrainer:
         self.train_model.train()
         return all_mean(total / n, env).item()
 
-    @torch.no_grad()
     def sample(self, prompt: str = "\n", max_new_tokens: int | None = None, temperature: float = 0.8, top_k: int = 50) -> str:
-        "Generated text from `prompt` (own RNG stream: training's RNG is untouched). Every rank calls it under FSDP."
+        "Generated text from `prompt`, with its own generator (training's RNG is untouched). Every rank calls it (FSDP gathers)."
         enc, n = get_tokenizer(), max_new_tokens or self.cfg.sample_tokens
+        model = self.model
+        if self._fsdp is not None:           # decoding steps are not forward calls, so FSDP can't gather for them: a full copy
+            sd = self._model_state()
+            if not self.env.is_main: return ""
+            model = Mamba3Transformer(ModelConfig(**self.cfg.model_kwargs())).to(self.device); model.load_state_dict(sd)
         ids = [t for t in enc.encode_ordinary(prompt) if t < self.cfg.vocab_size] or [0]
         idx = torch.tensor([ids], device=self.device)
-        self.model.eval()
-        with torch.random.fork_rng(devices=[self.device] if self.is_cuda else []), self.autocast():
-            torch.manual_seed(self.cfg.seed + self.step)
-            out = self.model.generate(idx, n, temperature=temperature, top_k=min(top_k, self.cfg.vocab_size))
-        self.model.train()
+        gen = torch.Generator(self.device).manual_seed(self.cfg.seed + self.step)
+        with self.autocast():
+            out = model.generate(idx, n, temperature=temperature, top_k=min(top_k, self.cfg.vocab_size), generator=gen)
         return enc.decode([t for t in out[0, len(ids):].tolist() if t < enc.n_vocab], errors="replace")
 
     def train(self, until_step: int | None = None) -> dict:
@@ -337,10 +340,10 @@ class Pretrainer:
 # %% ../nbs/08_pretrain.ipynb #79130cf1
 TINY_MODEL = dict(d_model=128, n_layers=4, n_heads=4, head_dim=32, state_dim=16, chunk_size=32, ffn_dim=256)
 PRESETS = {
-    "tiny": dict(model_config=TINY_MODEL, max_seq_len=128, batch_size=16, gradient_accumulation_steps=1,
-                 max_steps=500, warmup_steps=30, lr=3e-3, min_lr_ratio=0.1, grad_checkpoint=False,
-                 save_every=250, eval_every=100, eval_batches=8, log_every=10, keep_last=2,
-                 checkpoint_dir="checkpoints/tiny", sample_tokens=48),
+    "tiny": dict(model_config=TINY_MODEL, max_seq_len=128, batch_size=8, gradient_accumulation_steps=1,
+                 max_steps=120, warmup_steps=20, lr=3e-3, min_lr_ratio=0.1, grad_checkpoint=False,
+                 save_every=60, eval_every=40, eval_batches=4, log_every=5, keep_last=2,
+                 checkpoint_dir="checkpoints/tiny", sample_tokens=32),
     "a100": dict(checkpoint_dir="checkpoints/a100", grad_checkpoint=True, compile_model=True),
     "h200": dict(checkpoint_dir="checkpoints/h200", grad_checkpoint=False, compile_model=True),
 }

@@ -1,0 +1,305 @@
+#!/usr/bin/env python
+"""The chunked SSD scan on the H200: the PyTorch complex reference, the PyTorch real path, and the Triton kernels.
+Prints JSON (and writes it with --out).
+
+    python benchmarks/bench_triton.py --out benchmarks/results/triton_h200.json       # CUDA: all sections
+    python benchmarks/bench_triton.py --sections methods,sweep                        # a subset
+    python benchmarks/bench_triton.py --smoke                                         # CPU + TRITON_INTERPRET: checks the script
+
+Sections (default all, `model` only where mamba3_lite.model exists):
+  tune     a few block/warp variants of the Triton kernels at the default shape; the fastest becomes TUNE for the rest
+  parity   bf16 Triton vs the fp32 PyTorch real path at the default shape: max |diff| / max |ref| of y and every grad
+  methods  forward and forward+backward time (median of triton.testing.do_bench) and peak memory, B=8 T=2048 H=16
+           N=64 (real state 128) D=64 chunk 64: pytorch_complex, pytorch_real, triton, triton_kernels_only
+  sweep    chunk_size 32/64/128/256 for pytorch_real and triton: time, memory, max |y - y_pytorch_real|
+  model    training tokens/s of the default model (bf16 autocast, B=16, T=2048, eager) with ssd_dispatch pytorch vs
+           triton (ENABLE_TRITON_KERNELS=1), through benchmarks/bench_model.py's training step
+Peak memory is torch.cuda.max_memory_allocated during the call minus what was allocated before it (inputs included
+before, so it is the call's own working set: saved activations for the forward, everything for forward+backward).
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)                                               # run from a checkout, no install needed
+
+import torch
+
+SMOKE = "--smoke" in sys.argv
+if SMOKE and not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")                     # before the kernels are defined
+
+import mamba3_lite.triton_ssd as ts
+from mamba3_lite.chunkwise import ssd_complex_chunkwise, ssd_real_chunkwise, chunk_log_decays_and_phases, rotate_bc
+
+
+def log(*a):
+    print("#", *a, file=sys.stderr, flush=True)
+
+
+def make_inputs(B, T, H, N, D, device, dtype=torch.bfloat16, seed=0):
+    "bf16 activations as the model's in_proj gives them under autocast; A fp32 (a parameter). Random, never zeros."
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(B, T, H, D, generator=g)
+    BC = [torch.randn(B, T, H, N, generator=g) / N ** 0.5 for _ in range(4)]
+    dt = torch.randn(B, T, H, generator=g) - 1.0                        # softplus(dt) ~ 0.3: the model's range
+    A_re = -torch.exp(torch.linspace(-2, 1.5, H))                      # decays spread over heads
+    A_im = torch.linspace(0.001, 1.0, H)                               # phases spread over heads
+    acts = [t.to(device=device, dtype=dtype) for t in (x, *BC, dt)]
+    return dict(x=acts[0], A_re=A_re.to(device), A_im=A_im.to(device), B_re=acts[1], B_im=acts[2], C_re=acts[3],
+                C_im=acts[4], dt=acts[5])
+
+
+def real_args(inp):
+    return [inp[k] for k in ("x", "A_re", "A_im", "B_re", "B_im", "C_re", "C_im", "dt")]
+
+
+def build(method, inp, Q):
+    "(callable producing the output tensor, list of differentiated leaves) for one method."
+    if method in ("pytorch_real", "triton"):
+        leaves = [t.detach().clone().requires_grad_() for t in real_args(inp)]
+        fn = ssd_real_chunkwise if method == "pytorch_real" else ts.ssd_real_chunkwise_triton
+        return (lambda: fn(*leaves, chunk_size=Q)), leaves
+    if method == "pytorch_complex":
+        x = inp["x"].float()
+        A = torch.complex(inp["A_re"], inp["A_im"])
+        B_t = torch.complex(inp["B_re"].float(), inp["B_im"].float())
+        C_t = torch.complex(inp["C_re"].float(), inp["C_im"].float())
+        leaves = [t.detach().clone().requires_grad_() for t in (x, A, B_t, C_t, inp["dt"].float())]
+        return (lambda: ssd_complex_chunkwise(*leaves, chunk_size=Q)), leaves
+    if method == "triton_kernels_only":
+        # the fused scan alone on pre-rotated q, k (bf16) and fp32 decays: the piece comparable to the official kernel
+        with torch.no_grad():
+            args = real_args(inp)
+            Bsz, T, H, D = args[0].shape
+            alpha, theta, _ = chunk_log_decays_and_phases(args[7], args[1], args[2], Q)
+            nc = alpha.shape[1]
+            ch = [t.float().reshape(Bsz, nc, Q, H, -1) for t in args[3:7]]
+            q, k = rotate_bc(*ch, theta)
+        leaves = [t.to(args[0].dtype).requires_grad_() for t in (q, k)] + \
+                 [args[0].reshape(Bsz, nc, Q, H, D).detach().clone().requires_grad_(), alpha.detach().requires_grad_()]
+        return (lambda: ts.real_ssd_chunked_triton(*leaves)[0]), leaves
+    raise ValueError(method)
+
+
+def _sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def bench_ms(fn, dev, rep_ms):
+    if dev.type == "cuda":
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=max(10, rep_ms // 4), rep=rep_ms, return_mode="median")
+    fn()
+    t0 = time.perf_counter(); fn(); return (time.perf_counter() - t0) * 1e3
+
+
+def peak_mib(fn, dev):
+    if dev.type != "cuda":
+        fn(); return None
+    _sync(dev); torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    _sync(dev)
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak / 2 ** 20
+
+
+def measure(method, inp, Q, dev, rep_ms):
+    fwd, leaves = build(method, inp, Q)
+    y = fwd()
+    gy = torch.randn_like(y)
+    del y
+
+    def fwdbwd():
+        out = fwd()
+        return torch.autograd.grad(out, leaves, gy)
+
+    res = {"name": method, "chunk_size": Q}
+    res["fwd_ms"] = bench_ms(fwd, dev, rep_ms)
+    res["fwdbwd_ms"] = bench_ms(fwdbwd, dev, rep_ms)
+    res["fwd_peak_mib"] = peak_mib(fwd, dev)
+    res["fwdbwd_peak_mib"] = peak_mib(fwdbwd, dev)
+    return res
+
+
+def rel_maxdiff(a, b):
+    a, b = (torch.view_as_real(t) if t.is_complex() else t for t in (a, b))
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
+
+
+def parity(inp, Q):
+    "bf16 Triton vs the fp32 PyTorch real path on the same (bf16-rounded) values; relative max differences."
+    bf = [t.detach().clone().requires_grad_() for t in real_args(inp)]
+    fp = [t.detach().float().requires_grad_() for t in real_args(inp)]
+    Bsz, T, H, D = bf[0].shape
+    N = bf[3].shape[-1]
+    s0 = (torch.randn(Bsz, H, N, D, dtype=torch.complex64, device=bf[0].device) * 0.1).requires_grad_()
+    s0r = s0.detach().clone().requires_grad_()
+    y, sf = ts.ssd_real_chunkwise_triton(*bf, chunk_size=Q, initial_state=s0, return_final_state=True)
+    yr, sfr = ssd_real_chunkwise(*fp, chunk_size=Q, initial_state=s0r, return_final_state=True)
+    out = {"y": rel_maxdiff(y, yr), "final_state": rel_maxdiff(sf, sfr), "y_finite": bool(torch.isfinite(y).all())}
+    gy, gs = torch.randn_like(yr), torch.randn_like(sfr)
+    g = torch.autograd.grad((y.float() * gy).sum() + (sf * gs.conj()).real.sum(), bf + [s0])
+    gr = torch.autograd.grad((yr * gy).sum() + (sfr * gs.conj()).real.sum(), fp + [s0r])
+    for a, b, n in zip(g, gr, "x A_re A_im B_re B_im C_re C_im dt initial_state".split()):
+        out["d" + n] = rel_maxdiff(a, b)
+    return out
+
+
+def tune(inp, Q, dev, rep_ms):
+    "Greedy: each knob's alternative against the defaults, then the winners together; keep the fastest configuration."
+    base = dict(ts.TUNE)
+    alts = [dict(warps_dqdk=4), dict(BM_state=32), dict(warps_scan=8, warps_dx=8), dict(BR_rot=64)]
+    rows = []
+
+    def trial(label, cfg):
+        ts.TUNE.clear(); ts.TUNE.update(cfg)
+        try:
+            rows.append({"variant": label, "tune": dict(cfg), "fwdbwd_ms": measure_fwdbwd("triton", inp, Q, dev, rep_ms)})
+        except Exception as e:                                         # a variant that does not compile is reported
+            rows.append({"variant": label, "tune": dict(cfg), "error": f"{type(e).__name__}: {e}"[:300]})
+        log(rows[-1])
+        return rows[-1].get("fwdbwd_ms", float("inf"))
+
+    t0 = trial("defaults", base)
+    winners = {}
+    for a in alts:
+        if trial(a, {**base, **a}) < 0.98 * t0:
+            winners.update(a)
+    if len(winners) > 1 or (winners and winners not in alts):
+        trial({"combined": winners}, {**base, **winners})
+    best = min((r for r in rows if "fwdbwd_ms" in r), key=lambda r: r["fwdbwd_ms"])
+    ts.TUNE.clear(); ts.TUNE.update(best["tune"])
+    return {"rows": rows, "chosen": best["tune"]}
+
+
+def measure_fwdbwd(method, inp, Q, dev, rep_ms):
+    fwd, leaves = build(method, inp, Q)
+    y = fwd()
+    gy = torch.randn_like(y)
+    return bench_ms(lambda: torch.autograd.grad(fwd(), leaves, gy), dev, rep_ms)
+
+
+def model_throughput(dev, batch, seq, steps, warmup):
+    try:
+        from mamba3_lite.model import ModelConfig                      # chapter 04
+    except Exception as e:
+        return [{"error": f"mamba3_lite.model not importable: {type(e).__name__}: {e}"}]
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_model
+    args = argparse.Namespace(batch=batch, seq=seq, steps=steps, warmup=warmup, dtype="bf16")
+    out = []
+    for dispatch in ("pytorch", "triton"):
+        if dispatch == "triton":
+            os.environ["ENABLE_TRITON_KERNELS"] = "1"
+        try:
+            cfg = ModelConfig(ssd_dispatch=dispatch)
+            r = bench_model.run_mode(cfg, "eager", args, dev)
+        except torch.OutOfMemoryError as e:
+            r = {"mode": "eager", "error": "out of memory: " + str(e).splitlines()[0]}
+        except Exception as e:
+            r = {"mode": "eager", "error": f"{type(e).__name__}: {e}"[:400], "trace": traceback.format_exc()[-1500:]}
+        r["ssd_dispatch"] = dispatch
+        out.append(r)
+        log("model", r)
+        torch.cuda.empty_cache()
+    os.environ.pop("ENABLE_TRITON_KERNELS", None)
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sections", default="tune,parity,methods,sweep,model")
+    p.add_argument("--out", default=None)
+    p.add_argument("--rep-ms", type=int, default=200)
+    p.add_argument("--model-steps", type=int, default=6)
+    p.add_argument("--smoke", action="store_true")
+    args = p.parse_args()
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type != "cuda" and not args.smoke:
+        log("no CUDA: running --smoke (tiny shapes on the Triton interpreter)")
+        args.smoke = True
+    if args.smoke:
+        B, T, H, N, D, Q, chunks = 1, 64, 2, 8, 16, 16, (16, 32)
+    else:
+        B, T, H, N, D, Q, chunks = 8, 2048, 16, 64, 64, 64, (32, 64, 128, 256)
+    sections = args.sections.split(",")
+    import triton
+    report = {
+        "benchmark": "ssd_scan",
+        "command": "python " + " ".join([os.path.relpath(__file__, ROOT)] + sys.argv[1:]),
+        "machine": {"device": torch.cuda.get_device_name() if dev.type == "cuda" else platform.machine(),
+                    "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version()},
+        "shape": dict(B=B, T=T, H=H, N_complex=N, state_real=2 * N, D=D, chunk_size=Q, dtype="bf16 inputs"),
+        "reference_official_mamba3_siso_ms": {"fwd": 1.16, "fwdbwd": 2.51, "source": "GUIDE section 5"},
+    }
+    def save():
+        if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "w") as f:
+                f.write(json.dumps(report, indent=1) + "\n")
+
+    inp = make_inputs(B, T, H, N, D, dev, dtype=torch.float32 if args.smoke else torch.bfloat16)   # interpreter: no bf16 dot
+    if "tune" in sections and not args.smoke:
+        log("tune"); report["tune"] = tune(inp, Q, dev, max(50, args.rep_ms // 2)); log(report["tune"]["chosen"])
+    report["tune_used"] = dict(ts.TUNE)
+    save()
+    if "parity" in sections:
+        log("parity"); report["gpu_parity" if dev.type == "cuda" else "parity"] = parity(inp, Q)
+        log(report.get("gpu_parity", report.get("parity"))); save()
+    if "methods" in sections:
+        report["methods"] = []
+        for mth in ("pytorch_complex", "pytorch_real", "triton", "triton_kernels_only"):
+            try:
+                r = measure(mth, inp, Q, dev, args.rep_ms)
+            except torch.OutOfMemoryError as e:
+                r = {"name": mth, "error": "out of memory: " + str(e).splitlines()[0]}
+            except Exception as e:
+                r = {"name": mth, "error": f"{type(e).__name__}: {e}"[:400], "trace": traceback.format_exc()[-1500:]}
+            report["methods"].append(r); log(r); save()
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    if "sweep" in sections:
+        report["chunk_sweep"] = []
+        for q in chunks:
+            ref_y = None
+            for mth in ("pytorch_real", "triton"):
+                try:
+                    r = measure(mth, inp, q, dev, max(50, args.rep_ms // 2))
+                    r["method"] = r.pop("name")
+                    with torch.no_grad():
+                        y = build(mth, inp, q)[0]().float()
+                    if mth == "pytorch_real":
+                        ref_y = y
+                    elif ref_y is not None:
+                        r["y_maxdiff"] = (y - ref_y).abs().max().item()
+                        r["y_maxdiff_rel"] = r["y_maxdiff"] / ref_y.abs().max().item()
+                    del y
+                except torch.OutOfMemoryError as e:
+                    r = {"method": mth, "chunk_size": q, "error": "out of memory: " + str(e).splitlines()[0]}
+                except Exception as e:
+                    r = {"method": mth, "chunk_size": q, "error": f"{type(e).__name__}: {e}"[:400]}
+                report["chunk_sweep"].append(r); log(r); save()
+            ref_y = None
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    if "model" in sections and dev.type == "cuda":
+        del inp
+        torch.cuda.empty_cache()
+        report["model"] = model_throughput(dev, 16, 2048, args.model_steps, 2)
+    save()
+    print(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""`python -m mamba3_lite.pretrain` end to end on CPU: presets, config files, overrides, bad values, dry run,
+`kill -9` during training and during a checkpoint write, refused resumes."""
+import json, lzma, os, signal, subprocess, sys, textwrap, time
+from pathlib import Path
+
+import pytest
+import torch
+
+from mamba3_lite.data import write_shard
+from mamba3_lite.pretrain import main
+from mamba3_lite.training import read_metrics
+
+torch.set_num_threads(1)      # in-process runs use models of a few thousand parameters: one thread is faster
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+MODEL = dict(d_model=32, n_layers=2, n_heads=2, head_dim=16, state_dim=8, chunk_size=16, ffn_dim=64)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    "Shakespeare as bytes (vocab 256): train/val shards."
+    d = tmp_path_factory.mktemp("bytes")
+    with lzma.open(REPO / "mamba3_lite" / "assets" / "shakespeare.jsonl.xz", "rt") as f:
+        data = json.loads(f.readline())["text"].encode()[:66_000]
+    write_shard(d / "train_000000.bin", list(data[:60_000]), 256)
+    write_shard(d / "val_000000.bin", list(data[60_000:]), 256)
+    return d
+
+
+def write_config(path: Path, corpus: Path, ck: Path, fmt: str = "yaml", **kw) -> Path:
+    cfg = dict(model_config=MODEL, data_path=str(corpus), checkpoint_dir=str(ck), vocab_size=256, max_seq_len=32,
+               batch_size=4, gradient_accumulation_steps=1, max_steps=60, warmup_steps=5, lr=3e-3, grad_checkpoint=False,
+               save_every=10, log_every=1, eval_every=0, sample_tokens=0, keep_last=2, device="cpu", **kw)
+    if fmt == "json": path.write_text(json.dumps(cfg))
+    else:
+        import yaml
+        path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def cli(*args, timeout=240, prefix=None):
+    cmd = [sys.executable] + (prefix or ["-m", "mamba3_lite.pretrain"]) + [str(a) for a in args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=REPO)
+
+
+def test_config_file_and_overrides(tmp_path, corpus):
+    cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck", max_steps=8, save_every=4, eval_every=4, sample_tokens=8)
+    r = cli("--config", cfgf, "--batch-size", "2", "--gradient_accumulation_steps=2", "--model_config.ffn_dim", "32")
+    assert r.returncode == 0, r.stderr[-3000:]
+    saved = json.loads((tmp_path / "ck" / "config.json").read_text())
+    assert (saved["batch_size"], saved["gradient_accumulation_steps"], saved["model_config"]["ffn_dim"]) == (2, 2, 32)
+    recs = read_metrics(tmp_path / "ck" / "metrics.jsonl")
+    assert [r["step"] for r in recs if r["kind"] == "train"] == list(range(1, 9))
+    assert [r["step"] for r in recs if r["kind"] == "eval"] == [4, 8]
+    assert [r["step"] for r in recs if r["kind"] == "sample"] == [4, 8]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [
+        "config.json", "final", "loss_curve.png", "metrics.jsonl", "step_00000004", "step_00000008"]
+    assert sorted(p.name for p in (tmp_path / "ck" / "final").iterdir()) == ["config.json", "model.safetensors"]
+    assert "sample:" in r.stdout and "done: step 8" in r.stdout
+
+
+@pytest.mark.parametrize("args, status, message", [
+    (["--lr", "fast"], 2, "lr: expected a number, got 'fast'"),
+    (["--batch_size", "0"], 2, "batch_size: must be >= 1"),
+    (["--learning_rate", "1e-3"], 2, "unknown option --learning_rate (did you mean --lr?)"),
+    (["--model_config.d_modle", "64"], 2, "unknown model field --model_config.d_modle (did you mean d_model?)"),
+    (["--model_config.state_dim", "7"], 2, "state_dim"),
+    (["--keep_last", "1"], 2, "keep_last: must be >= 2"),
+    (["--compile_mode", "fastest"], 2, "compile_mode"),
+    (["--max_seq_len", "16", "--model_config.max_seq_len", "32"], 2, "set it at the top level only"),
+    (["--preset", "h100"], 2, "invalid choice: 'h100'"),
+])
+def test_bad_values_name_the_field(args, status, message, capsys):
+    try: got = main(["--preset", "tiny", "--dry-run", *args])
+    except SystemExit as e: got = e.code          # argparse's own errors (a bad --preset choice)
+    assert got == status
+    assert message in capsys.readouterr().err
+
+
+def test_bad_config_file(tmp_path, corpus, capsys):
+    bad = write_config(tmp_path / "bad.json", corpus, tmp_path / "ck", fmt="json", warmup=3, seeed=1)
+    assert main(["--config", str(bad), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"--config {bad}: unknown TrainingConfig field(s): seeed, warmup" in err
+    (tmp_path / "broken.yaml").write_text("lr: [1, 2\n")
+    assert main(["--config", str(tmp_path / "broken.yaml")]) == 2 and "not valid YAML" in capsys.readouterr().err
+    assert main(["--config", str(tmp_path / "missing.yaml")]) == 2 and "not found" in capsys.readouterr().err
+
+
+def test_dry_run_and_defaults(capsys, monkeypatch):
+    assert main(["--dry-run"]) == 0                 # no CUDA here: the default is the tiny preset
+    out = capsys.readouterr().out
+    assert "preset: tiny" in out and "parameters" in out and "tokens per step: 1,024" in out
+    assert "memory per cpu (estimate)" in out and "time to the token budget" in out
+    assert main(["--preset", "h200", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "433,662,400 parameters" in out and "65,536" in out and "16.777B tokens" in out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)      # a CUDA machine, no arguments: a summary only
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "nothing was started" in out and "--preset h200" in out
+
+
+def test_tiny_preset_runs(tmp_path):
+    "The default command's preset, cut to 3 steps: the GPT-2 vocabulary, the built-in corpus, a sample at the end."
+    r = cli("--preset", "tiny", "--max_steps", "3", "--eval_every", "2", "--save_every", "2", "--sample_tokens", "4",
+            "--eval_batches", "1", "--checkpoint_dir", tmp_path / "ck", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "training 7,157,008 parameters" in r.stdout and "sample:" in r.stdout and "done: step 3" in r.stdout
+    assert (tmp_path / "ck" / "final" / "model.safetensors").exists()
+
+
+def _wait_for(path: Path, proc, timeout=120):
+    t = time.time()
+    while not path.exists():
+        assert proc.poll() is None, f"exited early: {proc.stderr.read()[-2000:]}"
+        assert time.time() - t < timeout, f"{path} did not appear"
+        time.sleep(0.01)
+
+
+def test_kill_9_during_training_then_resume(tmp_path, corpus):
+    cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck", max_steps=60)
+    p = subprocess.Popen([sys.executable, "-m", "mamba3_lite.pretrain", "--config", str(cfgf)], env=ENV, cwd=REPO,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "ck" / "step_00000020" / "COMPLETE", p)
+    p.send_signal(signal.SIGKILL); p.wait()
+    assert p.returncode == -signal.SIGKILL
+    last = max(int(d.name[5:]) for d in (tmp_path / "ck").glob("step_*"))
+    r = cli("--config", cfgf, "--resume", "auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resumed from step_{last:08d} (step {last}," in r.stdout
+    steps = [x["step"] for x in read_metrics(tmp_path / "ck" / "metrics.jsonl") if x["kind"] == "train"]
+    assert steps == list(range(1, 61))              # lines a killed run wrote after its checkpoint were dropped
+    assert (tmp_path / "ck" / "final" / "model.safetensors").exists()
+
+
+KILL_IN_SAVE = textwrap.dedent("""
+    import os, signal, sys, torch
+    orig = torch.save
+    def save(obj, f, *a, **k):
+        if isinstance(obj, dict) and obj.get("step") == 20:      # die half-way through writing checkpoint 20
+            orig(obj, f, *a, **k); f.flush(); f.truncate(f.tell() // 2); os.fsync(f.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
+        return orig(obj, f, *a, **k)
+    torch.save = save
+    from mamba3_lite.pretrain import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_kill_9_during_checkpoint_write_then_resume(tmp_path, corpus):
+    cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck", max_steps=30)
+    r = cli("--config", cfgf, prefix=["-c", KILL_IN_SAVE])
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    ck = tmp_path / "ck"
+    assert sorted(d.name for d in ck.glob("step_*")) == ["step_00000010"]        # 20 never became a checkpoint
+    assert len(list(ck.glob(".tmp-step_00000020-*"))) == 1                       # only a temp dir holds the half file
+    r = cli("--config", cfgf, "--resume", "auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "removing incomplete write" in r.stdout and "resumed from step_00000010 (step 10," in r.stdout
+    assert sorted(d.name for d in ck.glob("step_*")) == ["step_00000020", "step_00000030"]
+    assert not list(ck.glob(".tmp-*"))
+
+
+def test_resume_with_a_different_model_is_refused(tmp_path, corpus):
+    cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck", max_steps=10)
+    assert main(["--config", str(cfgf)]) == 0
+    r = cli("--config", cfgf, "--resume", "auto", "--model_config.n_layers", "3")
+    assert r.returncode == 1
+    assert "refusing to resume from" in r.stderr and "model n_layers: checkpoint 2, this run 3" in r.stderr

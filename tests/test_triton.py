@@ -1,0 +1,282 @@
+"""Chapter 05's Triton kernels against the PyTorch reference.
+
+* without triton (a subprocess that hides it): the module imports, the reference math runs, the kernels raise ImportError;
+* on a CPU with TRITON_INTERPRET=1 (fp32/fp64, small shapes, run in CI): every kernel's forward and gradients equal the
+  reference within 1e-4 relative; gradcheck through both autograd Functions; non-zero gradients for every input;
+* with CUDA and triton (the H200): bf16 parity of outputs and gradients against the fp32 reference (`TestGPU`).
+"""
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:                                  # before triton_ssd is imported: @triton.jit reads it at decoration
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from mamba3_lite.chunkwise import (per_chunk_ssd_pytorch, real_ssd_chunked, ssd_complex_chunkwise, ssd_real_chunkwise,
+                                   PER_CHUNK_KERNELS)
+from mamba3_lite.foundations import assert_close
+import mamba3_lite.triton_ssd as ts
+
+if ts.HAS_TRITON and not HAS_CUDA and not ts._INTERPRET:
+    ts = importlib.reload(ts)                     # imported earlier without the interpreter: define the kernels again
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_triton = pytest.mark.skipif(not ts.HAS_TRITON, reason="triton is not installed")
+cpu_interp = pytest.mark.skipif(HAS_CUDA or not ts.HAS_TRITON, reason="CPU interpreter tests (no CUDA, triton present)")
+
+
+def _flat(t):
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+def _grads(out, inputs, seed=1):
+    "Gradients of a random linear functional of the (possibly complex) outputs."
+    g = torch.Generator().manual_seed(seed)
+    loss = 0
+    for o in out:
+        w = torch.randn(_flat(o).shape, generator=g, dtype=_flat(o).dtype).to(o.device)
+        loss = loss + (_flat(o) * w).sum()
+    return torch.autograd.grad(loss, inputs)
+
+
+def _pc_inputs(Bsz=1, nc=2, Q=8, H=2, N=4, P=3, x_complex=False, cd=torch.complex64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rd = torch.float64 if cd == torch.complex128 else torch.float32
+    Bc = torch.randn(Bsz, nc, Q, H, N, dtype=cd, generator=g)
+    Cc = torch.randn(Bsz, nc, Q, H, N, dtype=cd, generator=g)
+    Xc = torch.randn(Bsz, nc, Q, H, P, dtype=cd if x_complex else rd, generator=g)
+    dA = torch.complex(-0.5 * torch.rand(Bsz, nc, Q, H, generator=g, dtype=torch.float64),
+                       torch.randn(Bsz, nc, Q, H, generator=g, dtype=torch.float64))
+    A_log = dA.cumsum(2)                                               # complex128, as ssd_complex_chunkwise passes it
+    decay = torch.exp(A_log[:, :, -1:] - A_log)
+    return [t.requires_grad_() for t in (Bc, Cc, Xc, A_log, decay)]
+
+
+def _real_inputs(Bsz=2, nc=3, Q=16, H=2, M=16, D=16, dtype=torch.float32, s0=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(Bsz, nc, Q, H, M, generator=g, dtype=dtype) for _ in range(2))
+    x = torch.randn(Bsz, nc, Q, H, D, generator=g, dtype=dtype)
+    alpha = (-0.3 * torch.rand(Bsz, nc, Q, H, generator=g, dtype=dtype)).cumsum(2)
+    S0 = torch.randn(Bsz, H, M, D, generator=g, dtype=dtype) if s0 else None
+    return [t.requires_grad_() if t is not None else None for t in (q, k, x, alpha, S0)]
+
+
+def _ssd_inputs(Bsz=2, T=70, H=2, N=8, D=16, s0=True, im_scale=3.0, seed=0, device="cpu", dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    x, dt = torch.randn(Bsz, T, H, D, generator=g), torch.randn(Bsz, T, H, generator=g)
+    A_re, A_im = -torch.rand(H, generator=g) - 0.1, im_scale * torch.randn(H, generator=g)
+    BC = [torch.randn(Bsz, T, H, N, generator=g) for _ in range(4)]
+    init = torch.randn(Bsz, H, N, D, dtype=torch.complex64, generator=g) if s0 else None
+    ins = [t.to(device) for t in (x, A_re, A_im, *BC, dt)]
+    ins = [t.to(dtype) if i not in (1, 2) else t for i, t in enumerate(ins)]          # A stays fp32 (a parameter)
+    ins = [t.requires_grad_() for t in ins]
+    return ins, (init.to(device).requires_grad_() if s0 else None)
+
+
+# ---------------------------------------------------------------------------------------------------- no triton
+def test_without_triton_module_imports_and_raises():
+    "Hide triton from a fresh interpreter: the module imports, HAS_TRITON is False, kernels raise ImportError."
+    code = textwrap.dedent("""
+        import sys; sys.modules["triton"] = None; sys.modules["triton.language"] = None   # import triton -> ImportError
+        import torch
+        import mamba3_lite.triton_ssd as ts
+        from mamba3_lite.chunkwise import ssd_complex_chunkwise, ssd_real_chunkwise, PER_CHUNK_KERNELS
+        assert ts.HAS_TRITON is False
+        assert PER_CHUNK_KERNELS["triton"] is ts.per_chunk_ssd_triton
+        Bsz, T, H, N, D = 1, 10, 2, 3, 4
+        x, dt = torch.randn(Bsz, T, H, D), torch.randn(Bsz, T, H)
+        A = torch.complex(-torch.rand(H) - 0.1, torch.randn(H))
+        B_t, C_t = (torch.randn(Bsz, T, H, N, dtype=torch.complex64) for _ in range(2))
+        y = ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=4)                      # the reference still runs
+        y2 = ssd_real_chunkwise(x, A.real, A.imag, B_t.real, B_t.imag, C_t.real, C_t.imag, dt, chunk_size=4)
+        assert y.shape == y2.shape == (Bsz, T, H, D) and (y - y2).abs().max() < 1e-4
+        for call in (lambda: ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=4, ssd_dispatch="triton"),
+                     lambda: ts.ssd_real_chunkwise_triton(x, A.real, A.imag, B_t.real, B_t.imag, C_t.real, C_t.imag, dt)):
+            try:
+                call(); raise SystemExit("no ImportError")
+            except ImportError as e:
+                assert "triton" in str(e) and 'ssd_dispatch="pytorch"' in str(e), e
+        print("OK")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+@needs_triton
+def test_cpu_tensors_without_interpreter_raise():
+    "Compiled kernels on CPU tensors: a clear RuntimeError, never a silent fallback."
+    code = textwrap.dedent("""
+        import os; os.environ.pop("TRITON_INTERPRET", None)
+        import torch
+        import mamba3_lite.triton_ssd as ts
+        x = torch.randn(1, 8, 2, 4); r = torch.randn(1, 8, 2, 3)
+        try:
+            ts.ssd_real_chunkwise_triton(x, -torch.ones(2), torch.ones(2), r, r, r, r, torch.randn(1, 8, 2), chunk_size=4)
+            raise SystemExit("no error")
+        except RuntimeError as e:
+            assert "CUDA" in str(e) and "TRITON_INTERPRET" in str(e), e
+        print("OK")
+    """)
+    if HAS_CUDA:
+        pytest.skip("CUDA present")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env={**env, "PYTHONPATH": ROOT})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+def test_block_dims_raise_value_error():
+    with pytest.raises(ValueError, match='ssd_dispatch="pytorch"'):
+        ts._check_block_dims(chunk_size=512, state_2N=128)
+    ts._check_block_dims(chunk_size=256, state_2N=256, head_dim=64)                  # the limit itself is fine
+    if ts.HAS_TRITON:
+        ins, _ = _ssd_inputs(Bsz=1, T=8, H=1, N=129, D=4, s0=False)
+        with pytest.raises(ValueError, match="state_2N=258"):
+            ts.ssd_real_chunkwise_triton(*ins, chunk_size=4)
+
+
+def test_split_complex_contiguous():
+    z = torch.randn(3, 5, dtype=torch.complex64)
+    re, im = ts._split_complex(z)
+    assert re.is_contiguous() and im.is_contiguous() and re.stride() == (5, 1)
+    assert torch.equal(re, z.real) and torch.equal(im, z.imag)
+    assert torch.view_as_real(z)[..., 0].stride() == (10, 2)                          # what a kernel must not be given
+    re, im = ts._split_complex(z.conj())                                               # a lazily conjugated view
+    assert torch.equal(im, -z.imag)
+
+
+# ---------------------------------------------------------------------------------------------------- CPU interpreter
+@cpu_interp
+@pytest.mark.parametrize("x_complex", [False, True])
+def test_per_chunk_matches_pytorch(x_complex):
+    ins = _pc_inputs(x_complex=x_complex)
+    out, ref = ts.per_chunk_ssd_triton(*ins), per_chunk_ssd_pytorch(*ins)
+    for a, b, n in zip(out, ref, ("Y_diag", "states")):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert_close(_flat(a), _flat(b), rtol=1e-4, name=n)
+    for a, b, n in zip(_grads(out, ins), _grads(ref, ins), ("dB", "dC", "dX", "dA_log", "ddecay")):
+        assert a.dtype == b.dtype, n
+        assert_close(_flat(a), _flat(b), rtol=1e-4, name=n)
+
+
+@cpu_interp
+def test_complex_chunkwise_dispatch_triton():
+    g = torch.Generator().manual_seed(0)
+    Bsz, T, H, N, D = 1, 40, 2, 4, 5
+    x, dt = torch.randn(Bsz, T, H, D, generator=g), torch.randn(Bsz, T, H, generator=g)
+    A = torch.complex(-torch.rand(H, generator=g) - 0.1, 3 * torch.randn(H, generator=g))
+    B_t, C_t = (torch.randn(Bsz, T, H, N, dtype=torch.complex64, generator=g) for _ in range(2))
+    assert PER_CHUNK_KERNELS["triton"] is ts.per_chunk_ssd_triton
+    assert_close(ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=16, ssd_dispatch="triton"),
+                 ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=16), rtol=1e-4, name="dispatch")
+
+
+@cpu_interp
+@pytest.mark.parametrize("cfg", [dict(), dict(Q=8, M=8, D=5, nc=2), dict(Q=40, M=24, D=20, nc=2, s0=False)])
+def test_real_chunked_matches_pytorch(cfg):
+    ins = _real_inputs(**cfg)
+    diff_ins = [t for t in ins if t is not None]
+    out, ref = ts.real_ssd_chunked_triton(*ins), real_ssd_chunked(*ins)
+    for a, b, n in zip(out, ref, ("y", "S_final")):
+        assert_close(a, b, rtol=1e-4, name=n)
+    for a, b, n in zip(_grads(out, diff_ins), _grads(ref, diff_ins), ("dq", "dk", "dx", "dalpha", "dS0")):
+        assert_close(a, b, rtol=1e-4, atol=1e-5, name=n)
+
+
+@cpu_interp
+@pytest.mark.parametrize("T,Q,s0", [(70, 32, True), (1, 64, False), (48, 16, True)])
+def test_ssd_real_chunkwise_triton_matches_pytorch(T, Q, s0):
+    "The model's entry point: T not a multiple of the chunk, T=1, initial and final state; gradients to every input."
+    ins, init = _ssd_inputs(T=T, s0=s0)
+    all_in = ins + ([init] if s0 else [])
+    out = ts.ssd_real_chunkwise_triton(*ins, chunk_size=Q, initial_state=init, return_final_state=True)
+    ref = ssd_real_chunkwise(*ins, chunk_size=Q, initial_state=init, return_final_state=True)
+    assert out[0].shape == ref[0].shape and out[0].dtype == ref[0].dtype and out[1].dtype == ref[1].dtype
+    for a, b, n in zip(out, ref, ("y", "final_state")):
+        assert_close(_flat(a), _flat(b), rtol=1e-4, name=n)
+    names = "dx dA_re dA_im dB_re dB_im dC_re dC_im ddt dinit".split()
+    for a, b, n in zip(_grads(out, all_in), _grads(ref, all_in), names):
+        assert_close(_flat(a), _flat(b), rtol=1e-4, atol=1e-5, name=n)
+
+
+@cpu_interp
+def test_long_sequence_large_phase():
+    "Phases reduced mod 2*pi (GUIDE section 3): parity at T=512 with large Im A."
+    ins, _ = _ssd_inputs(Bsz=1, T=512, H=1, N=8, D=16, s0=False, im_scale=50.0)
+    assert_close(ts.ssd_real_chunkwise_triton(*ins, chunk_size=64), ssd_real_chunkwise(*ins, chunk_size=64),
+                 rtol=1e-4, name="y T=512")
+
+
+@cpu_interp
+def test_gradcheck_real_function():
+    "fp64 gradcheck through the fused scan's autograd Function (its backward is the Triton kernels)."
+    ins = _real_inputs(Bsz=1, nc=2, Q=4, H=1, M=4, D=3, dtype=torch.float64)
+    assert torch.autograd.gradcheck(ts.real_ssd_chunked_triton, ins, fast_mode=True)
+
+
+@cpu_interp
+def test_gradcheck_per_chunk_function():
+    ins = _pc_inputs(Bsz=1, nc=2, Q=4, H=1, N=2, P=2, x_complex=True, cd=torch.complex128)
+    assert torch.autograd.gradcheck(ts.per_chunk_ssd_triton, ins, fast_mode=True)
+
+
+@cpu_interp
+def test_every_gradient_nonzero():
+    "No None and no all-zero gradient for any differentiated input, also when only one output reaches the loss."
+    ins, init = _ssd_inputs(Bsz=1, T=20, s0=True)
+    y, s = ts.ssd_real_chunkwise_triton(*ins, chunk_size=8, initial_state=init, return_final_state=True)
+    for g, n in zip(torch.autograd.grad(y.square().sum(), ins + [init]), "x A_re A_im B_re B_im C_re C_im dt init".split()):
+        assert g is not None and g.abs().sum() > 0, n
+    y, s = ts.ssd_real_chunkwise_triton(*ins, chunk_size=8, initial_state=init, return_final_state=True)
+    for g, n in zip(torch.autograd.grad(s.abs().square().sum(), ins[:5] + [ins[7], init]), "x A_re A_im B_re B_im dt init".split()):
+        assert g is not None and g.abs().sum() > 0, n                               # y unused: its grad is zeros
+    pc = _pc_inputs()
+    Y, St = ts.per_chunk_ssd_triton(*pc)
+    for g in torch.autograd.grad(Y.abs().square().sum(), pc[:4]):
+        assert g is not None and g.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------------------------------- GPU (H200)
+@pytest.mark.skipif(not (HAS_CUDA and ts.HAS_TRITON), reason="needs CUDA and triton")
+class TestGPU:
+    "bf16 kernels against the fp32 PyTorch reference on the GPU; max differences are printed (pytest -s)."
+
+    @pytest.mark.parametrize("T,s0", [(300, True), (2048, False)])
+    def test_bf16_parity(self, T, s0):
+        ins, init = _ssd_inputs(Bsz=2, T=T, H=4, N=64, D=64, s0=s0, device="cuda", dtype=torch.bfloat16)
+        ref_ins = [t.detach().float().requires_grad_() for t in ins]                 # same values, fp32 reference
+        ref_init = None if init is None else init.detach().clone().requires_grad_()
+        out = ts.ssd_real_chunkwise_triton(*ins, chunk_size=64, initial_state=init, return_final_state=True)
+        ref = ssd_real_chunkwise(*ref_ins, chunk_size=64, initial_state=ref_init, return_final_state=True)
+        assert out[0].dtype == torch.bfloat16
+        assert_close(out[0].float(), ref[0], rtol=2e-2, name=f"bf16 y T={T}")
+        assert_close(_flat(out[1]), _flat(ref[1]), rtol=2e-2, name=f"bf16 final state T={T}")
+        all_in, all_ref = ins + ([init] if s0 else []), ref_ins + ([ref_init] if s0 else [])
+        gy = torch.randn_like(ref[0])
+        gs = torch.randn_like(ref[1])
+        g = torch.autograd.grad((out[0].float() * gy).sum() + (out[1] * gs.conj()).real.sum(), all_in)
+        gr = torch.autograd.grad((ref[0] * gy).sum() + (ref[1] * gs.conj()).real.sum(), all_ref)
+        for a, b, n in zip(g, gr, "dx dA_re dA_im dB_re dB_im dC_re dC_im ddt dinit".split()):
+            assert_close(_flat(a).float(), _flat(b), rtol=3e-2, name=f"bf16 {n} T={T}")
+
+    def test_fp32_fused_kernels(self):
+        ins = [t.detach().cuda().requires_grad_() if t is not None else None for t in _real_inputs(Q=16, M=16, D=16)]
+        out, ref = ts.real_ssd_chunked_triton(*ins), real_ssd_chunked(*ins)
+        for a, b, n in zip(out, ref, ("y", "S_final")):
+            assert_close(a, b, rtol=1e-4, name="fp32 gpu " + n)
+        for a, b, n in zip(_grads(out, ins), _grads(ref, ins), ("dq", "dk", "dx", "dalpha", "dS0")):
+            assert_close(a, b, rtol=1e-4, atol=1e-5, name="fp32 gpu " + n)
+
+    def test_per_chunk_gpu(self):
+        ins = [t.detach().cuda().requires_grad_() for t in _pc_inputs(Q=16, N=16, P=16, H=2, x_complex=True)]
+        out, ref = ts.per_chunk_ssd_triton(*ins), per_chunk_ssd_pytorch(*ins)
+        for a, b, n in zip(out, ref, ("Y_diag", "states")):
+            assert_close(_flat(a), _flat(b), rtol=1e-4, name="gpu per-chunk " + n)
+        for a, b, n in zip(_grads(out, ins), _grads(ref, ins), ("dB", "dC", "dX", "dA_log", "ddecay")):
+            assert_close(_flat(a), _flat(b), rtol=1e-4, name="gpu per-chunk " + n)
