@@ -43,6 +43,15 @@ def make_optimizers(model, lr=3e-4, weight_decay=0.1, fused=True):
     return opts
 
 
+def cpu_name() -> str:
+    "The CPU model from /proc/cpuinfo where there is one."
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -135,7 +144,7 @@ def main(argv=None):
     report = {
         "benchmark": "train_step",
         "command": "python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
-        "machine": {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "machine": {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
                     "cpu_count": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()},
         "config": cfg.to_dict(), "dtype": args.dtype, "smoke": args.smoke, "tf32": args.tf32,
         "step": "forward + cross-entropy + backward + clip_grad_norm(1.0) + fused AdamW (real) + AdamW (complex A)",

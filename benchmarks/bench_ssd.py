@@ -53,6 +53,15 @@ def path_fns(chunk_size):
     return {"naive": naive, "complex_chunkwise": complex_chunkwise, "real_chunkwise": real_chunkwise}
 
 
+def cpu_name() -> str:
+    "The CPU model from /proc/cpuinfo where there is one."
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -123,7 +132,7 @@ def main(argv=None):
     report = {
         "benchmark": "ssd_paths",
         "command": "python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
-        "machine": {"device": torch.cuda.get_device_name(device) if cuda else platform.processor() or platform.machine(),
+        "machine": {"device": torch.cuda.get_device_name(device) if cuda else cpu_name(),
                     "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
                     "python": platform.python_version(),
                     "loadavg_1m_at_start": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None},

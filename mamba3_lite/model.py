@@ -65,10 +65,15 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
-        "Build from a plain dict (a YAML section); unknown keys raise `TypeError` naming them."
+        "Build from a plain dict (a YAML section); unknown keys raise `TypeError` naming them. Float fields accept numeric strings."
         unknown = sorted(set(d) - {f.name for f in fields(cls)})
         if unknown:
             raise TypeError(f"ModelConfig: unknown key(s) {unknown}; valid keys: {[f.name for f in fields(cls)]}")
+        d = dict(d)
+        for f in ("rms_norm_eps", "init_std"):               # PyYAML reads `1e-5` (no dot) as the string '1e-5'
+            if isinstance(d.get(f), str):
+                try: d[f] = float(d[f])
+                except ValueError: pass                      # __post_init__ names the field
         return cls(**d)
 
     def to_dict(self) -> dict:

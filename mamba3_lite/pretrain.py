@@ -134,8 +134,9 @@ class Pretrainer:
         return self.optimizer.state_dict()
 
     def _data_signature(self) -> dict:
-        return {"data_path": str(self.data_path), "max_seq_len": self.cfg.max_seq_len, "vocab_size": self.cfg.vocab_size,
-                "train_windows": len(self.train_ds), "seed": self.cfg.seed}
+        "What identifies the data stream (not its folder: a moved copy of the same shards resumes fine)."
+        return {"shards": [f.name for f in self.train_ds.files], "train_tokens": self.train_ds.n_tokens,
+                "max_seq_len": self.cfg.max_seq_len, "vocab_size": self.cfg.vocab_size, "seed": self.cfg.seed}
 
     def state_dict(self) -> dict:
         "Everything a bit-identical resume needs. A collective: every rank calls it; the full state is on rank 0."
@@ -310,7 +311,7 @@ class Pretrainer:
                                 tokens=self.tokens_seen, tok_s=round(tok_s, 1), mfu=u and round(u, 4))
                 bar.set_postfix_str(f"loss {m['loss']:.3f} | {tok_s:,.0f} tok/s" + (f" | MFU {u:.1%}" if u else ""), refresh=False)
                 t0, tok0 = time.perf_counter(), self.tokens_seen
-            bar.n = self.step; bar.refresh() if bar.n % max(1, cfg.log_every) == 0 else None
+            bar.update(self.step - bar.n)      # (a rollback moves it back)
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 v = self.evaluate()
                 if v is not None: self.logger.log("eval", self.step, val_loss=v); self.echo(f"[step {self.step}] val loss {v:.4f}")
@@ -341,8 +342,8 @@ class Pretrainer:
 TINY_MODEL = dict(d_model=128, n_layers=4, n_heads=4, head_dim=32, state_dim=16, chunk_size=32, ffn_dim=256)
 PRESETS = {
     "tiny": dict(model_config=TINY_MODEL, max_seq_len=128, batch_size=8, gradient_accumulation_steps=1,
-                 max_steps=120, warmup_steps=20, lr=3e-3, min_lr_ratio=0.1, grad_checkpoint=False,
-                 save_every=60, eval_every=40, eval_batches=4, log_every=5, keep_last=2,
+                 max_steps=200, warmup_steps=20, lr=3e-3, min_lr_ratio=0.1, grad_checkpoint=False,
+                 save_every=100, eval_every=50, eval_batches=4, log_every=5, keep_last=2,
                  checkpoint_dir="checkpoints/tiny", sample_tokens=32),
     "a100": dict(checkpoint_dir="checkpoints/a100", grad_checkpoint=True, compile_model=True),
     "h200": dict(checkpoint_dir="checkpoints/h200", grad_checkpoint=False, compile_model=True),

@@ -11,8 +11,7 @@ import os
 
 import torch
 
-from .chunkwise import (PER_CHUNK_KERNELS, chunk_log_decays_and_phases, real_state_from_complex,
-                                   complex_state_from_real)
+from .chunkwise import PER_CHUNK_KERNELS, real_state_from_complex, complex_state_from_real
 
 try:
     import triton
@@ -252,9 +251,9 @@ def per_chunk_ssd_triton(Bc, Cc, Xc, A_log, decay_states):
     Bc, Cc (B,c,Q,H,N) complex; Xc (B,c,Q,H,P) real or complex; A_log, decay_states (B,c,Q,H) complex (complex128 is
     computed in fp32 planes for complex64 B/C: A_log is chunk-local, so fp32 holds its differences).
     Returns Y_diag (B,c,Q,H,P) and chunk-end states (B,c,H,P,N), complex."""
-    _require_triton(Bc, Cc, Xc)
     Bsz, nc, Q, H, N = Bc.shape
     _check_block_dims(chunk_size=Q, state_dim=N, head_dim=Xc.shape[-1])
+    _require_triton(Bc, Cc, Xc)
     if not (Bc.is_complex() and Cc.is_complex() and A_log.is_complex()):
         raise TypeError("per_chunk_ssd_triton: Bc, Cc and A_log must be complex (the seed's contract)")
     return _PerChunkSSD.apply(Bc, Cc, Xc, A_log, decay_states)
@@ -415,13 +414,14 @@ if HAS_TRITON:
 # %% ../nbs/05_triton.ipynb #5ab79a03
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "B", "NC"])       # lengths vary per call: one compile serves all
-    def _bwd_dqdk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, dq_ptr, dk_ptr, da_ptr, kdk_ptr, gs_ptr,
+    def _bwd_dqdk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, dq_ptr, dk_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr,
                          sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, T, B, H, M, D, Q, NC,
-                         F64: tl.constexpr, PREC: tl.constexpr,
+                         DTHETA: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
                          BC: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
         """One (b, chunk, h, row-block r, M-tile): dq_r = e^{a_r} dy_r S_in^T + sum_{s<=r} dA[r,s] k_s,
         dk_r = w_r x_r G^T + sum_{l>=r} dA[l,r] q_l with dA[l,s] = (dy_l . x_s) e^{a_l - a_s};
-        and the pieces of d(alpha): rowsum(q dq) - rowsum(k dk), rowsum(k dk_state), <G, S_in>."""
+        and the pieces of d(alpha): rowsum(q dq) - rowsum(k dk), rowsum(k dk_state), <G, S_in>; with DTHETA also the phase
+        gradient dq . Jq + dk . Jk, Jv = [-v2, v1] (q, k rotated by theta), from the fp32 accumulators."""
         pid_rm, pid_bch = tl.program_id(0), tl.program_id(1)
         nm = tl.cdiv(M, BM)
         pid_r, pid_m = pid_rm // nm, pid_rm % nm
@@ -478,6 +478,14 @@ if HAS_TRITON:
         tl.store(da_ptr + part, da, mask=offs_r < Q)
         tl.store(kdk_ptr + part, kdk, mask=offs_r < Q)
         tl.store(gs_ptr + ((pid_m * B + b) * NC + c) * H + h, tl.sum(tl.sum(ST * GT, axis=1), axis=0), mask=pid_r == 0)
+        if DTHETA:                                                                       # d/dtheta of q = [-q2, q1]
+            NH = M // 2
+            offs_sw = tl.where(offs_m < NH, offs_m + NH, offs_m - NH)
+            sgn = tl.where(offs_m < NH, -1.0, 1.0)[None, :]
+            q_sw = tl.load(q_ptr + b * sqb + t_r[:, None] * sqt + h * sqh + offs_sw[None, :], mask=mrm, other=0.)
+            k_sw = tl.load(k_ptr + b * skb + t_r[:, None] * skt + h * skh + offs_sw[None, :], mask=mrm, other=0.)
+            dth = tl.sum(dq * (q_sw.to(dq.dtype) * sgn), axis=1) + tl.sum(dk * (k_sw.to(dk.dtype) * sgn), axis=1)
+            tl.store(dth_ptr + part, dth, mask=offs_r < Q)
 
 # %% ../nbs/05_triton.ipynb #13486d32
 if HAS_TRITON:
@@ -504,18 +512,13 @@ if HAS_TRITON:
         tl.store(k_ptr + o + N, (si * br - co * bi).to(ty), mask=m2)
 
     @triton.jit(do_not_specialize=["R", "T"])       # lengths vary per call: one compile serves all
-    def _rotate_bwd_kernel(br_ptr, bi_ptr, cr_ptr, ci_ptr, cos_ptr, sin_ptr, dq_ptr, dk_ptr,
-                           dbr_ptr, dbi_ptr, dcr_ptr, dci_ptr, dcos_ptr, dsin_ptr,
-                           sb, st, sh, R, T, H, N, BR: tl.constexpr, BN: tl.constexpr):
+    def _rotate_bwd_kernel(cos_ptr, sin_ptr, dq_ptr, dk_ptr, dbr_ptr, dbi_ptr, dcr_ptr, dci_ptr,
+                           R, N, BR: tl.constexpr, BN: tl.constexpr):
+        "The rotation's transpose: dC = R(-theta) dq, dB likewise (theta's own gradient comes from `_bwd_dqdk_kernel`)."
         rows = tl.program_id(0) * BR + tl.arange(0, BR)
         n = tl.arange(0, BN)
         mr, mn = rows < R, n < N
         m2 = mr[:, None] & mn[None, :]
-        off = ((rows // (T * H)) * sb + ((rows // H) % T) * st + (rows % H) * sh)[:, None] + n[None, :]
-        br = tl.load(br_ptr + off, mask=m2, other=0.).to(tl.float32)
-        bi = tl.load(bi_ptr + off, mask=m2, other=0.).to(tl.float32)
-        cr = tl.load(cr_ptr + off, mask=m2, other=0.).to(tl.float32)
-        ci = tl.load(ci_ptr + off, mask=m2, other=0.).to(tl.float32)
         co = tl.load(cos_ptr + rows, mask=mr, other=0.)[:, None]
         si = tl.load(sin_ptr + rows, mask=mr, other=0.)[:, None]
         o = rows[:, None] * 2 * N + n[None, :]
@@ -529,8 +532,77 @@ if HAS_TRITON:
         tl.store(dci_ptr + g, (co * dq2 - si * dq1).to(ty), mask=m2)
         tl.store(dbr_ptr + g, (co * dk1 + si * dk2).to(ty), mask=m2)
         tl.store(dbi_ptr + g, (si * dk1 - co * dk2).to(ty), mask=m2)
-        tl.store(dcos_ptr + rows, tl.sum(dq1 * cr + dq2 * ci + dk1 * br - dk2 * bi, axis=1), mask=mr)
-        tl.store(dsin_ptr + rows, tl.sum(dq2 * cr - dq1 * ci + dk1 * bi + dk2 * br, axis=1), mask=mr)
+
+# %% ../nbs/05_triton.ipynb #698682b4
+if HAS_TRITON:
+    @triton.jit
+    def _softplus(x):
+        "log(1 + e^x) = max(x, 0) + log1p(e^-|x|), with log1p(u) = u log(1+u)/((1+u)-1) (exact where 1+u rounds)."
+        u = tl.exp(-tl.abs(x))
+        w = 1.0 + u
+        return tl.maximum(x, 0.0) + tl.where(w == 1.0, u, tl.log(w) * u / (w - 1.0))
+
+    @triton.jit(do_not_specialize=["T", "NC"])
+    def _phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr,
+                           sdb, sdt, sdh, T, H, Q, NC, BQ: tl.constexpr):
+        "One (b, h): alpha = chunk-local cumsum of softplus(dt) Re A (fp32); theta = fp64 running sum of softplus(dt) Im A mod 2pi."
+        pid = tl.program_id(0)
+        b, h = pid // H, pid % H
+        a_re = tl.load(are_ptr + h).to(tl.float32)
+        a_im = tl.load(aim_ptr + h).to(tl.float64)
+        offs = tl.arange(0, BQ)
+        TWO_PI: tl.constexpr = 6.283185307179586
+        carry = tl.sum(tl.zeros([BQ], dtype=tl.float64), axis=0)                    # fp64 phase carried over chunks
+        for c in range(NC):
+            t = c * Q + offs
+            m = (offs < Q) & (t < T)
+            x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
+            sp = tl.where(m, _softplus(x), 0.0)                                    # padded steps: no decay, no phase
+            tl.store(a_ptr + (b * NC * Q + t) * H + h, tl.cumsum(sp * a_re, axis=0), mask=offs < Q)
+            bb = sp.to(tl.float64) * a_im
+            th = carry + tl.cumsum(bb, axis=0)
+            carry += tl.sum(bb, axis=0)
+            kk = (th / TWO_PI).to(tl.int64).to(tl.float64)                          # floor, also for negative phases
+            kk = tl.where(kk * TWO_PI > th, kk - 1.0, kk)
+            th32 = (th - kk * TWO_PI).to(tl.float32)
+            tl.store(cos_ptr + (b * T + t) * H + h, tl.cos(th32), mask=m)
+            tl.store(sin_ptr + (b * T + t) * H + h, tl.sin(th32), mask=m)
+        kk = (carry / TWO_PI).to(tl.int64).to(tl.float64)
+        kk = tl.where(kk * TWO_PI > carry, kk - 1.0, kk)
+        tl.store(thend_ptr + pid, (carry - kk * TWO_PI).to(tl.float32))
+
+    @triton.jit(do_not_specialize=["T", "NC"])
+    def _phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, ddt_ptr, dare_ptr, daim_ptr,
+                           sdb, sdt, sdh, T, H, Q, NC, HAS_DTHEND: tl.constexpr, BQ: tl.constexpr):
+        "Transpose of the above, chunks in reverse: suffix sums of dalpha (within a chunk) and dtheta (whole sequence, fp64)."
+        pid = tl.program_id(0)
+        b, h = pid // H, pid % H
+        a_re = tl.load(are_ptr + h).to(tl.float32)
+        a_im = tl.load(aim_ptr + h).to(tl.float64)
+        offs = tl.arange(0, BQ)
+        zero64 = tl.sum(tl.zeros([BQ], dtype=tl.float64), axis=0)
+        carry = zero64                                                              # sum of dtheta over later steps
+        if HAS_DTHEND:
+            carry += tl.load(dthend_ptr + pid).to(tl.float64)                        # theta_end depends on every step
+        acc_re, acc_im = zero64, zero64
+        for i in range(NC):
+            c = NC - 1 - i
+            t = c * Q + offs
+            m = (offs < Q) & (t < T)
+            x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
+            sp = tl.where(m, _softplus(x), 0.0)
+            da = tl.load(da_ptr + (b * NC * Q + t) * H + h, mask=offs < Q, other=0.)   # padded rows count: alpha_end
+            a_suf = tl.sum(da, axis=0) - tl.cumsum(da, axis=0) + da                 # sum_{u >= t in chunk} dalpha_u
+            g = tl.load(dth_ptr + (b * NC * Q + t) * H + h, mask=m, other=0.).to(tl.float64)
+            th_suf = carry + tl.sum(g, axis=0) - tl.cumsum(g, axis=0) + g            # sum_{u >= t} dtheta_u
+            carry += tl.sum(g, axis=0)
+            dsp = a_re * a_suf + (a_im * th_suf).to(tl.float32)
+            sig = 1.0 / (1.0 + tl.exp(-x))
+            tl.store(ddt_ptr + (b * T + t) * H + h, (dsp * sig).to(ddt_ptr.dtype.element_ty), mask=m)
+            acc_re += tl.sum((sp * a_suf).to(tl.float64), axis=0)
+            acc_im += tl.sum(sp.to(tl.float64) * th_suf, axis=0)
+        tl.store(dare_ptr + pid, acc_re.to(tl.float32))
+        tl.store(daim_ptr + pid, acc_im.to(tl.float32))
 
 # %% ../nbs/05_triton.ipynb #d28a61b2
 TUNE = dict(BC=64, BM_state=64, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4,
@@ -564,21 +636,67 @@ def _states_fwd(k, x, alpha, S0, Q):
     return states, S_fin
 
 # %% ../nbs/05_triton.ipynb #f0a31396
+def _scan_fwd(q, k, x, alpha, S0, Q):
+    "Forward launches: the state pass, then the scan; returns y (B,T,H,D) in x's dtype and the final state."
+    Bsz, T, H, M = q.shape
+    D, NC = x.shape[-1], alpha.shape[1] // Q
+    c = _cfg(Q, M, D)
+    states, S_fin = _states_fwd(k, x, alpha, S0, Q)
+    y = torch.empty(Bsz, T, H, D, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(Q, c["BC"]) * triton.cdiv(D, c["BDy"]), Bsz * NC * H)
+    _scan_fwd_kernel[grid](q, k, x, alpha, states, y, *_s3(q), *_s3(k), *_s3(x), *_s3(y), T, H, M, D, Q, NC,
+                           F64=alpha.dtype == torch.float64, PREC=_prec(q.dtype),
+                           BC=c["BC"], BM=c["BMf"], BD=c["BDy"], num_warps=TUNE["warps_scan"], num_stages=TUNE["stages"])
+    return y, S_fin
+
+
+def _scan_bwd(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False):
+    """Backward launches: recompute the entering states, the reverse state pass (-> G_c, dS0), dx, then dq, dk and the
+    pieces of dalpha (and dtheta). Returns dq, dk (q's dtype), dx, dalpha (B, NC*Q, H), dS0, dtheta (B, NC*Q, H) or None."""
+    Bsz, T, H, M = q.shape
+    D, NC = x.shape[-1], alpha.shape[1] // Q
+    c = _cfg(Q, M, D)
+    F64, PREC = alpha.dtype == torch.float64, _prec(q.dtype)
+    dy = torch.zeros_like(x) if dy is None else _unit_last(dy.to(x.dtype))
+    states, _ = _states_fwd(k, x, alpha, S0, Q)                                        # recomputed, not saved
+    dstates = torch.empty_like(states)
+    dS0 = torch.empty(Bsz, H, M, D, dtype=alpha.dtype, device=q.device)
+    dsf = None if dS_fin is None else dS_fin.to(alpha.dtype).contiguous()
+    grid = (triton.cdiv(M, c["BMs"]), triton.cdiv(D, c["BDs"]), Bsz * H)
+    _state_bwd_kernel[grid](q, dy, alpha, dsf if dsf is not None else dS0, dstates, dS0, *_s3(q), *_s3(dy),
+                            T, H, M, D, Q, NC, HAS_DSF=dsf is not None, F64=F64, PREC=PREC,
+                            BC=c["BC"], BM=c["BMs"], BD=c["BDs"], num_warps=TUNE["warps_state"], num_stages=TUNE["stages"])
+    dx = torch.empty(Bsz, T, H, D, dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(Q, c["BC"]) * triton.cdiv(D, c["BDy"]), Bsz * NC * H)
+    _bwd_dx_kernel[grid](q, k, dy, alpha, dstates, dx, *_s3(q), *_s3(k), *_s3(dy), *_s3(dx), T, H, M, D, Q, NC,
+                         F64=F64, PREC=PREC, BC=c["BC"], BM=c["BMf"], BD=c["BDy"],
+                         num_warps=TUNE["warps_dx"], num_stages=TUNE["stages"])
+    dq = torch.empty(Bsz, T, H, M, dtype=q.dtype, device=q.device)
+    dk = torch.empty_like(dq)
+    nm = triton.cdiv(M, c["BMq"])
+    da = torch.empty(nm, Bsz, NC * Q, H, dtype=alpha.dtype, device=q.device)
+    kdk = torch.empty_like(da)
+    dth = torch.empty_like(da) if want_dtheta else da                               # never written without DTHETA
+    gs = torch.empty(nm, Bsz, NC, H, dtype=alpha.dtype, device=q.device)
+    grid = (triton.cdiv(Q, c["BC"]) * nm, Bsz * NC * H)
+    _bwd_dqdk_kernel[grid](q, k, x, dy, alpha, states, dstates, dq, dk, da, kdk, gs, dth,
+                           *_s3(q), *_s3(k), *_s3(x), *_s3(dy), *_s3(dq), T, Bsz, H, M, D, Q, NC,
+                           DTHETA=want_dtheta, F64=F64, PREC=PREC, BC=c["BC"], BM=c["BMq"], BD=c["BDf"],
+                           num_warps=TUNE["warps_dqdk"], num_stages=TUNE["stages"])
+    dalpha = da.sum(0).view(Bsz, NC, Q, H)
+    last = kdk.sum(0).view(Bsz, NC, Q, H).sum(2) + alpha.view(Bsz, NC, Q, H)[:, :, -1].exp() * gs.sum(0)
+    dalpha[:, :, -1] += last                                                            # alpha_end: chunk decay and w_s
+    return (dq, dk, dx, dalpha.view(Bsz, NC * Q, H), (dS0 if S0 is not None else None),
+            dth.sum(0) if want_dtheta else None)
+
+
 class _RealSSD(torch.autograd.Function):
     """(q, k, x, alpha, S0) -> (y, S_final) for the real chunked SSD. q, k (B,T,H,M) and x (B,T,H,D) in one dtype
     (bf16/fp16: fp32 accumulation; fp32; fp64 for gradcheck); alpha (B, NC*Q, H) chunk-local cumulative log-decay in the
     state dtype; S0 (B,H,M,D) or None. Chunk states are recomputed in the backward, never saved."""
     @staticmethod
     def forward(ctx, q, k, x, alpha, S0, Q):
-        Bsz, T, H, M = q.shape
-        D, NC = x.shape[-1], alpha.shape[1] // Q
-        c = _cfg(Q, M, D)
-        states, S_fin = _states_fwd(k, x, alpha, S0, Q)
-        y = torch.empty(Bsz, T, H, D, dtype=x.dtype, device=x.device)
-        grid = (triton.cdiv(Q, c["BC"]) * triton.cdiv(D, c["BDy"]), Bsz * NC * H)
-        _scan_fwd_kernel[grid](q, k, x, alpha, states, y, *_s3(q), *_s3(k), *_s3(x), *_s3(y), T, H, M, D, Q, NC,
-                               F64=alpha.dtype == torch.float64, PREC=_prec(q.dtype),
-                               BC=c["BC"], BM=c["BMf"], BD=c["BDy"], num_warps=TUNE["warps_scan"], num_stages=TUNE["stages"])
+        y, S_fin = _scan_fwd(q, k, x, alpha, S0, Q)
         ctx.save_for_backward(q, k, x, alpha, S0)
         ctx.Q = Q
         ctx.set_materialize_grads(False)
@@ -587,40 +705,8 @@ class _RealSSD(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dS_fin):
         q, k, x, alpha, S0 = ctx.saved_tensors
-        Q = ctx.Q
-        Bsz, T, H, M = q.shape
-        D, NC = x.shape[-1], alpha.shape[1] // Q
-        c = _cfg(Q, M, D)
-        F64, PREC = alpha.dtype == torch.float64, _prec(q.dtype)
-        dy = torch.zeros_like(x) if dy is None else _unit_last(dy.to(x.dtype))
-        states, _ = _states_fwd(k, x, alpha, S0, Q)                                    # recomputed, not saved
-        dstates = torch.empty_like(states)
-        dS0 = torch.empty(Bsz, H, M, D, dtype=alpha.dtype, device=q.device)
-        dsf = None if dS_fin is None else dS_fin.to(alpha.dtype).contiguous()
-        grid = (triton.cdiv(M, c["BMs"]), triton.cdiv(D, c["BDs"]), Bsz * H)
-        _state_bwd_kernel[grid](q, dy, alpha, dsf if dsf is not None else dS0, dstates, dS0, *_s3(q), *_s3(dy),
-                                T, H, M, D, Q, NC, HAS_DSF=dsf is not None, F64=F64, PREC=PREC,
-                                BC=c["BC"], BM=c["BMs"], BD=c["BDs"], num_warps=TUNE["warps_state"], num_stages=TUNE["stages"])
-        dx = torch.empty(Bsz, T, H, D, dtype=x.dtype, device=x.device)
-        grid = (triton.cdiv(Q, c["BC"]) * triton.cdiv(D, c["BDy"]), Bsz * NC * H)
-        _bwd_dx_kernel[grid](q, k, dy, alpha, dstates, dx, *_s3(q), *_s3(k), *_s3(dy), *_s3(dx), T, H, M, D, Q, NC,
-                             F64=F64, PREC=PREC, BC=c["BC"], BM=c["BMf"], BD=c["BDy"],
-                             num_warps=TUNE["warps_dx"], num_stages=TUNE["stages"])
-        dq = torch.empty(Bsz, T, H, M, dtype=q.dtype, device=q.device)
-        dk = torch.empty_like(dq)
-        nm = triton.cdiv(M, c["BMq"])
-        da = torch.empty(nm, Bsz, NC * Q, H, dtype=alpha.dtype, device=q.device)
-        kdk = torch.empty_like(da)
-        gs = torch.empty(nm, Bsz, NC, H, dtype=alpha.dtype, device=q.device)
-        grid = (triton.cdiv(Q, c["BC"]) * nm, Bsz * NC * H)
-        _bwd_dqdk_kernel[grid](q, k, x, dy, alpha, states, dstates, dq, dk, da, kdk, gs,
-                               *_s3(q), *_s3(k), *_s3(x), *_s3(dy), *_s3(dq), T, Bsz, H, M, D, Q, NC,
-                               F64=F64, PREC=PREC, BC=c["BC"], BM=c["BMq"], BD=c["BDf"],
-                               num_warps=TUNE["warps_dqdk"], num_stages=TUNE["stages"])
-        dalpha = da.sum(0).view(Bsz, NC, Q, H)
-        last = kdk.sum(0).view(Bsz, NC, Q, H).sum(2) + alpha.view(Bsz, NC, Q, H)[:, :, -1].exp() * gs.sum(0)
-        dalpha[:, :, -1] += last                                                        # alpha_end: chunk decay and w_s
-        return dq, dk, dx, dalpha.view(Bsz, NC * Q, H), (dS0 if S0 is not None else None), None
+        dq, dk, dx, dalpha, dS0, _ = _scan_bwd(q, k, x, alpha, S0, ctx.Q, dy, dS_fin)
+        return dq, dk, dx, dalpha, dS0, None
 
 # %% ../nbs/05_triton.ipynb #b75f077e
 def _prepare(q, k, x):
@@ -633,10 +719,10 @@ def real_ssd_chunked_triton(q, k, xc, alpha, S0=None):
     """`real_ssd_chunked` as Triton kernels (forward and backward): q, k (B,c,Q,H,M); xc (B,c,Q,H,D); alpha (B,c,Q,H);
     S0 (B,H,M,D) or None. Returns y (B,c,Q,H,D) in xc's dtype (fp32 for fp32) and the final state (B,H,M,D) fp32
     (fp64 when the inputs are fp64)."""
-    _require_triton(q, k, xc)
     Bsz, nc, Q, H, M = q.shape
     D = xc.shape[-1]
     _check_block_dims(chunk_size=Q, state_2N=M, head_dim=D)
+    _require_triton(q, k, xc)
     q, k, x = _prepare(q.reshape(Bsz, nc * Q, H, M), k.reshape(Bsz, nc * Q, H, M), xc.reshape(Bsz, nc * Q, H, D))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     S0 = None if S0 is None else S0.to(acc).contiguous()
@@ -644,53 +730,71 @@ def real_ssd_chunked_triton(q, k, xc, alpha, S0=None):
     return y.view(Bsz, nc, Q, H, D), S
 
 # %% ../nbs/05_triton.ipynb #0505ae99
-class _RotateBC(torch.autograd.Function):
-    "`rotate_bc` fused: one read of B, C and one write of q, k in the compute dtype; backward likewise."
+class _SSDRealTriton(torch.autograd.Function):
+    """The model's whole SSD as one Function: decays and phases, rotation, state pass and scan forward; the backward runs
+    the scan's backward kernels, the rotation's transpose and the phases' transpose. Saves q, k (compute dtype), x, the
+    decays, cos/sin and dt; chunk states are recomputed."""
     @staticmethod
-    def forward(ctx, B_re, B_im, C_re, C_im, cos, sin, out_dtype):
-        Bsz, T, H, N = B_re.shape
-        ins = [B_re, B_im, C_re, C_im]
-        if any(t.stride() != B_re.stride() or t.stride(-1) != 1 for t in ins):
-            ins = [t.contiguous() for t in ins]
-        q = torch.empty(Bsz, T, H, 2 * N, dtype=out_dtype, device=B_re.device)
+    def forward(ctx, x, A_re, A_im, B_re, B_im, C_re, C_im, dt, S0, Q):
+        Bsz, T, H, D = x.shape
+        N = B_re.shape[-1]
+        NC = triton.cdiv(T, Q)
+        dev = x.device
+        cd = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.float32
+        # contiguous copies: x and dt are usually slices of the in_proj output, and saving a slice would keep the
+        # whole projection alive until the backward (5x x's size at the default shapes)
+        xk, dt = x.to(cd).contiguous(), dt.contiguous()
+        A_re32, A_im32 = A_re.float().contiguous(), A_im.float().contiguous()
+        alpha = torch.empty(Bsz, NC * Q, H, dtype=torch.float32, device=dev)
+        cos, sin = (torch.empty(Bsz, T, H, dtype=torch.float32, device=dev) for _ in range(2))
+        th_end = torch.empty(Bsz, H, dtype=torch.float32, device=dev)
+        _phases_fwd_kernel[(Bsz * H,)](dt, A_re32, A_im32, alpha, cos, sin, th_end, dt.stride(0), dt.stride(1),
+                                       dt.stride(2), T, H, Q, NC, BQ=_block(Q))
+        bc = [B_re, B_im, C_re, C_im]
+        if any(t.stride() != B_re.stride() or t.stride(-1) != 1 for t in bc):
+            bc = [t.contiguous() for t in bc]
+        q = torch.empty(Bsz, T, H, 2 * N, dtype=cd, device=dev)
         k = torch.empty_like(q)
         R, BR = Bsz * T * H, TUNE["BR_rot"]
-        _rotate_fwd_kernel[(triton.cdiv(R, BR),)](*ins, cos, sin, q, k, *_s3(ins[0]), R, T, H, N, BR=BR, BN=_block(N))
-        ctx.save_for_backward(*ins, cos, sin)
-        return q, k
+        _rotate_fwd_kernel[(triton.cdiv(R, BR),)](*bc, cos, sin, q, k, *_s3(bc[0]), R, T, H, N, BR=BR, BN=_block(N))
+        y, S_fin = _scan_fwd(q, k, xk, alpha, S0, Q)
+        ctx.save_for_backward(q, k, xk, alpha, cos, sin, dt, A_re32, A_im32, S0)
+        ctx.meta = (Q, x.dtype, [t.dtype for t in (A_re, A_im, B_re, B_im, C_re, C_im)])
+        ctx.set_materialize_grads(False)
+        return y.to(x.dtype), S_fin, th_end
 
     @staticmethod
-    def backward(ctx, dq, dk):
-        B_re, B_im, C_re, C_im, cos, sin = ctx.saved_tensors
-        Bsz, T, H, N = B_re.shape
-        dq = torch.zeros(Bsz, T, H, 2 * N, dtype=B_re.dtype, device=B_re.device) if dq is None else dq.contiguous()
-        dk = torch.zeros_like(dq) if dk is None else dk.contiguous()
-        grads = [torch.empty(Bsz, T, H, N, dtype=t.dtype, device=t.device) for t in (B_re, B_im, C_re, C_im)]
-        dcos, dsin = torch.empty_like(cos), torch.empty_like(sin)
+    def backward(ctx, dy, dS_fin, dth_end):
+        q, k, xk, alpha, cos, sin, dt, A_re32, A_im32, S0 = ctx.saved_tensors
+        Q, x_dtype, dts = ctx.meta
+        Bsz, T, H, M = q.shape
+        N, NC = M // 2, alpha.shape[1] // Q
+        dq, dk, dx, dalpha, dS0, dtheta = _scan_bwd(q, k, xk, alpha, S0, Q, dy, dS_fin, want_dtheta=True)
+        dB_re, dB_im, dC_re, dC_im = (torch.empty(Bsz, T, H, N, dtype=t, device=q.device) for t in dts[2:])
         R, BR = Bsz * T * H, TUNE["BR_rot"]
-        _rotate_bwd_kernel[(triton.cdiv(R, BR),)](B_re, B_im, C_re, C_im, cos, sin, dq, dk, *grads, dcos, dsin,
-                                                 *_s3(B_re), R, T, H, N, BR=BR, BN=_block(N))
-        return (*grads, dcos, dsin, None)
+        _rotate_bwd_kernel[(triton.cdiv(R, BR),)](cos, sin, dq, dk, dB_re, dB_im, dC_re, dC_im, R, N, BR=BR, BN=_block(N))
+        ddt = torch.empty(Bsz, T, H, dtype=dt.dtype, device=q.device)
+        dare, daim = (torch.empty(Bsz, H, dtype=torch.float32, device=q.device) for _ in range(2))
+        dthe = None if dth_end is None else dth_end.float().contiguous()
+        _phases_bwd_kernel[(Bsz * H,)](dt, A_re32, A_im32, dalpha, dtheta, dthe if dthe is not None else dare, ddt,
+                                       dare, daim, dt.stride(0), dt.stride(1), dt.stride(2), T, H, Q, NC,
+                                       HAS_DTHEND=dthe is not None, BQ=_block(Q))
+        return (dx.to(x_dtype), dare.sum(0).to(dts[0]), daim.sum(0).to(dts[1]), dB_re, dB_im, dC_re, dC_im, ddt,
+                dS0, None)
 
 # %% ../nbs/05_triton.ipynb #eda2c2b5
 @torch.compiler.disable      # torch.compile: call the kernels eagerly (a clean graph break, never a trace into them)
 def ssd_real_chunkwise_triton(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_size=64,
                               initial_state=None, return_final_state=False):
-    """`ssd_real_chunkwise` (same signature, same result) on Triton kernels: decays and phases in PyTorch (cheap, per
-    (b, t, h)), then the fused rotation and the fused chunked scan, forward and backward. bf16/fp16 x runs the matmuls in
-    x's dtype with fp32 accumulation and fp32 decays and states; anything else runs in fp32. Raises (never falls back)
-    when triton, a GPU (or TRITON_INTERPRET=1), or a supported shape is missing."""
-    _require_triton(x, B_re, C_re)
+    """`ssd_real_chunkwise` (same signature, same result) on Triton kernels, forward and backward: decays and phases,
+    rotation, state pass and chunked scan. bf16/fp16 `x` runs the matmuls in x's dtype with fp32 accumulation and fp32
+    decays and states (phases in fp64); anything else runs in fp32. Raises (never falls back) when triton, a GPU (or
+    TRITON_INTERPRET=1), or a supported shape is missing."""
     Bsz, T, H, D = x.shape
     N, Q = B_re.shape[-1], chunk_size
     _check_block_dims(chunk_size=Q, state_2N=2 * N, head_dim=D)
-    cd = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.float32
+    _require_triton(x, B_re, C_re, dt)
     with torch.autocast(device_type=x.device.type, enabled=False):
-        alpha, theta, theta_end = chunk_log_decays_and_phases(dt, A_re, A_im, Q)   # (B, c, Q, H) fp32 each
-        nc = alpha.shape[1]
-        th = theta.reshape(Bsz, nc * Q, H)[:, :T]                                    # phases of the real steps
-        q, k = _RotateBC.apply(B_re, B_im, C_re, C_im, th.cos(), th.sin(), cd)    # (B, T, H, 2N) in cd
         S0 = None if initial_state is None else real_state_from_complex(initial_state).contiguous()
-        y, S = _RealSSD.apply(q, k, _unit_last(x.to(cd)), alpha.reshape(Bsz, nc * Q, H).contiguous(), S0, Q)
-        y = y.to(x.dtype)
+        y, S, theta_end = _SSDRealTriton.apply(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, S0, Q)
     return (y, complex_state_from_real(S, theta_end)) if return_final_state else y

@@ -45,7 +45,7 @@ def cli(*args, timeout=240, prefix=None):
 
 def test_config_file_and_overrides(tmp_path, corpus):
     cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck", max_steps=8, save_every=4, eval_every=4, sample_tokens=8)
-    r = cli("--config", cfgf, "--batch-size", "2", "--gradient_accumulation_steps=2", "--model_config.ffn_dim", "32")
+    r = cli("--config", cfgf, "--batch-size", "2", "--gradient_accumulation_steps=2", "--model_config.ffn_dim", "32", "--tensorboard")
     assert r.returncode == 0, r.stderr[-3000:]
     saved = json.loads((tmp_path / "ck" / "config.json").read_text())
     assert (saved["batch_size"], saved["gradient_accumulation_steps"], saved["model_config"]["ffn_dim"]) == (2, 2, 32)
@@ -54,7 +54,8 @@ def test_config_file_and_overrides(tmp_path, corpus):
     assert [r["step"] for r in recs if r["kind"] == "eval"] == [4, 8]
     assert [r["step"] for r in recs if r["kind"] == "sample"] == [4, 8]
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [
-        "config.json", "final", "loss_curve.png", "metrics.jsonl", "step_00000004", "step_00000008"]
+        "config.json", "final", "loss_curve.png", "metrics.jsonl", "step_00000004", "step_00000008", "tb"]
+    assert list((tmp_path / "ck" / "tb").glob("events.out.tfevents.*"))
     assert sorted(p.name for p in (tmp_path / "ck" / "final").iterdir()) == ["config.json", "model.safetensors"]
     assert "sample:" in r.stdout and "done: step 8" in r.stdout
 
@@ -170,3 +171,10 @@ def test_resume_with_a_different_model_is_refused(tmp_path, corpus):
     r = cli("--config", cfgf, "--resume", "auto", "--model_config.n_layers", "3")
     assert r.returncode == 1
     assert "refusing to resume from" in r.stderr and "model n_layers: checkpoint 2, this run 3" in r.stderr
+
+
+def test_example_configs_match_the_presets():
+    from mamba3_lite.pretrain import build_config
+    import dataclasses
+    assert build_config(None, REPO / "configs" / "tiny_cpu.yaml") == build_config("tiny")
+    assert build_config(None, REPO / "configs" / "h200_434m.yaml") == dataclasses.replace(build_config("h200"), resume="auto")

@@ -201,8 +201,10 @@ def test_ssd_real_chunkwise_triton_matches_pytorch(T, Q, s0):
     for a, b, n in zip(out, ref, ("y", "final_state")):
         assert_close(_flat(a), _flat(b), rtol=1e-4, name=n)
     names = "dx dA_re dA_im dB_re dB_im dC_re dC_im ddt dinit".split()
+    # atol: a gradient that is exactly zero in exact arithmetic (dA at T=1: no phase or decay difference reaches the
+    # loss) is fp32 round-off of O(10) terms on both sides
     for a, b, n in zip(_grads(out, all_in), _grads(ref, all_in), names):
-        assert_close(_flat(a), _flat(b), rtol=1e-4, atol=1e-5, name=n)
+        assert_close(_flat(a), _flat(b), rtol=1e-4, atol=5e-5, name=n)
 
 
 @cpu_interp
