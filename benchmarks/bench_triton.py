@@ -12,6 +12,7 @@ Sections (default all, `model` only where mamba3_lite.model exists):
   methods  forward and forward+backward time (median of triton.testing.do_bench) and peak memory, B=8 T=2048 H=16
            N=64 (real state 128) D=64 chunk 64: pytorch_complex, pytorch_real, triton, triton_kernels_only
   sweep    chunk_size 32/64/128/256 for pytorch_real and triton: time, memory, max |y - y_pytorch_real|
+  profile  CUDA time per kernel of the Triton forward+backward (torch.profiler)
   model    training tokens/s of the default model (bf16 autocast, B=16, T=2048, eager) with ssd_dispatch pytorch vs
            triton (ENABLE_TRITON_KERNELS=1), through benchmarks/bench_model.py's training step
 Peak memory is torch.cuda.max_memory_allocated during the call minus what was allocated before it (inputs included
@@ -136,22 +137,42 @@ def rel_maxdiff(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
 
 
+def ssd_real_rounded_qk(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_size=64, initial_state=None):
+    "The fp32 PyTorch real path with only the rotated q, k rounded to bf16 (straight through): the bf16 band."
+    from mamba3_lite.chunkwise import (_pad_time, complex_state_from_real, real_ssd_chunked, real_state_from_complex)
+    Bsz, T, H, D = x.shape
+    Q = chunk_size
+    alpha, theta, theta_end = chunk_log_decays_and_phases(dt, A_re, A_im, Q)
+    nc, pad = alpha.shape[1], alpha.shape[1] * Q - T
+    ch = [_pad_time(t.float(), pad).reshape(Bsz, nc, Q, H, -1) for t in (B_re, B_im, C_re, C_im, x)]
+    q, k = rotate_bc(*ch[:4], theta)
+    q, k = (t + (t.bfloat16().float() - t).detach() for t in (q, k))
+    S0 = None if initial_state is None else real_state_from_complex(initial_state)
+    y, S = real_ssd_chunked(q, k, ch[4], alpha, S0)
+    return y.reshape(Bsz, nc * Q, H, D)[:, :T], complex_state_from_real(S, theta_end)
+
+
 def parity(inp, Q):
-    "bf16 Triton vs the fp32 PyTorch real path on the same (bf16-rounded) values; relative max differences."
+    """bf16 Triton vs the fp32 PyTorch real path on the same (bf16-rounded) values: max |diff| / max |ref| of y, the
+    final state and every gradient; `band_*`: the same for the fp32 path with only q, k rounded to bf16."""
     bf = [t.detach().clone().requires_grad_() for t in real_args(inp)]
     fp = [t.detach().float().requires_grad_() for t in real_args(inp)]
+    rn = [t.detach().float().requires_grad_() for t in real_args(inp)]
     Bsz, T, H, D = bf[0].shape
     N = bf[3].shape[-1]
     s0 = (torch.randn(Bsz, H, N, D, dtype=torch.complex64, device=bf[0].device) * 0.1).requires_grad_()
-    s0r = s0.detach().clone().requires_grad_()
+    s0r, s0n = (s0.detach().clone().requires_grad_() for _ in range(2))
     y, sf = ts.ssd_real_chunkwise_triton(*bf, chunk_size=Q, initial_state=s0, return_final_state=True)
     yr, sfr = ssd_real_chunkwise(*fp, chunk_size=Q, initial_state=s0r, return_final_state=True)
+    yn, sfn = ssd_real_rounded_qk(*rn, chunk_size=Q, initial_state=s0n)
     out = {"y": rel_maxdiff(y, yr), "final_state": rel_maxdiff(sf, sfr), "y_finite": bool(torch.isfinite(y).all())}
     gy, gs = torch.randn_like(yr), torch.randn_like(sfr)
     g = torch.autograd.grad((y.float() * gy).sum() + (sf * gs.conj()).real.sum(), bf + [s0])
     gr = torch.autograd.grad((yr * gy).sum() + (sfr * gs.conj()).real.sum(), fp + [s0r])
-    for a, b, n in zip(g, gr, "x A_re A_im B_re B_im C_re C_im dt initial_state".split()):
+    gn = torch.autograd.grad((yn * gy).sum() + (sfn * gs.conj()).real.sum(), rn + [s0n])
+    for a, b, c, n in zip(g, gr, gn, "x A_re A_im B_re B_im C_re C_im dt initial_state".split()):
         out["d" + n] = rel_maxdiff(a, b)
+        out["band_d" + n] = rel_maxdiff(c, b)
     return out
 
 
@@ -189,6 +210,36 @@ def measure_fwdbwd(method, inp, Q, dev, rep_ms):
     return bench_ms(lambda: torch.autograd.grad(fwd(), leaves, gy), dev, rep_ms)
 
 
+def profile_triton(inp, Q, iters=5):
+    "CUDA time per kernel of the Triton path's forward+backward (torch.profiler), and the CPU time of the same calls."
+    from torch.profiler import ProfilerActivity, profile
+    fwd, leaves = build("triton", inp, Q)
+    gy = torch.randn_like(fwd())
+    step = lambda: torch.autograd.grad(fwd(), leaves, gy)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            step()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / iters
+    rows = []
+    for e in prof.key_averages():
+        dt = getattr(e, "device_time_total", None)
+        dt = e.cuda_time_total if dt is None else dt
+        if dt and dt > 0:
+            rows.append({"name": e.key[:90], "calls_per_iter": e.count / iters, "device_us_per_iter": dt / iters})
+    rows.sort(key=lambda r: -r["device_us_per_iter"])
+    return {"wall_ms_per_iter": wall * 1e3, "kernels": rows[:25],
+            "device_us_total_per_iter": sum(r["device_us_per_iter"] for r in rows)}
+
+
+# (ssd_dispatch, grad_checkpoint); the plain PyTorch path does not fit B=16 T=2048 on the H200 without checkpointing
+MODEL_RUNS = [("pytorch", False), ("pytorch", True), ("triton", False), ("triton", True)]
+
+
 def model_throughput(dev, batch, seq, steps, warmup):
     try:
         from mamba3_lite.model import ModelConfig                      # chapter 04
@@ -198,17 +249,16 @@ def model_throughput(dev, batch, seq, steps, warmup):
     import bench_model
     args = argparse.Namespace(batch=batch, seq=seq, steps=steps, warmup=warmup, dtype="bf16")
     out = []
-    for dispatch in ("pytorch", "triton"):
-        if dispatch == "triton":
-            os.environ["ENABLE_TRITON_KERNELS"] = "1"
+    for dispatch, ckpt in MODEL_RUNS:
+        os.environ["ENABLE_TRITON_KERNELS"] = "1" if dispatch == "triton" else "0"
         try:
-            cfg = ModelConfig(ssd_dispatch=dispatch)
+            cfg = ModelConfig(ssd_dispatch=dispatch, grad_checkpoint=ckpt)
             r = bench_model.run_mode(cfg, "eager", args, dev)
         except torch.OutOfMemoryError as e:
             r = {"mode": "eager", "error": "out of memory: " + str(e).splitlines()[0]}
         except Exception as e:
             r = {"mode": "eager", "error": f"{type(e).__name__}: {e}"[:400], "trace": traceback.format_exc()[-1500:]}
-        r["ssd_dispatch"] = dispatch
+        r["ssd_dispatch"], r["grad_checkpoint"] = dispatch, ckpt
         out.append(r)
         log("model", r)
         torch.cuda.empty_cache()
@@ -218,7 +268,8 @@ def model_throughput(dev, batch, seq, steps, warmup):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sections", default="tune,parity,methods,sweep,model")
+    p.add_argument("--sections", default="tune,parity,methods,sweep,profile,model")
+    p.add_argument("--model-runs", default=None, help="e.g. pytorch:1,triton:0 (dispatch:grad_checkpoint)")
     p.add_argument("--out", default=None)
     p.add_argument("--rep-ms", type=int, default=200)
     p.add_argument("--model-steps", type=int, default=6)
@@ -292,7 +343,11 @@ def main():
             ref_y = None
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
+    if "profile" in sections and dev.type == "cuda":
+        log("profile"); report["profile"] = profile_triton(inp, Q); save()
     if "model" in sections and dev.type == "cuda":
+        if args.model_runs:
+            MODEL_RUNS[:] = [(d, bool(int(c))) for d, c in (r.split(":") for r in args.model_runs.split(","))]
         del inp
         torch.cuda.empty_cache()
         report["model"] = model_throughput(dev, 16, 2048, args.model_steps, 2)

@@ -551,7 +551,6 @@ if HAS_TRITON:
         a_re = tl.load(are_ptr + h).to(tl.float32)
         a_im = tl.load(aim_ptr + h).to(tl.float64)
         offs = tl.arange(0, BQ)
-        TWO_PI: tl.constexpr = 6.283185307179586
         carry = tl.sum(tl.zeros([BQ], dtype=tl.float64), axis=0)                    # fp64 phase carried over chunks
         for c in range(NC):
             t = c * Q + offs
@@ -562,14 +561,14 @@ if HAS_TRITON:
             bb = sp.to(tl.float64) * a_im
             th = carry + tl.cumsum(bb, axis=0)
             carry += tl.sum(bb, axis=0)
-            kk = (th / TWO_PI).to(tl.int64).to(tl.float64)                          # floor, also for negative phases
-            kk = tl.where(kk * TWO_PI > th, kk - 1.0, kk)
-            th32 = (th - kk * TWO_PI).to(tl.float32)
+            kk = (th / 6.283185307179586).to(tl.int64).to(tl.float64)                          # floor, also for negative phases
+            kk = tl.where(kk * 6.283185307179586 > th, kk - 1.0, kk)
+            th32 = (th - kk * 6.283185307179586).to(tl.float32)
             tl.store(cos_ptr + (b * T + t) * H + h, tl.cos(th32), mask=m)
             tl.store(sin_ptr + (b * T + t) * H + h, tl.sin(th32), mask=m)
-        kk = (carry / TWO_PI).to(tl.int64).to(tl.float64)
-        kk = tl.where(kk * TWO_PI > carry, kk - 1.0, kk)
-        tl.store(thend_ptr + pid, (carry - kk * TWO_PI).to(tl.float32))
+        kk = (carry / 6.283185307179586).to(tl.int64).to(tl.float64)
+        kk = tl.where(kk * 6.283185307179586 > carry, kk - 1.0, kk)
+        tl.store(thend_ptr + pid, (carry - kk * 6.283185307179586).to(tl.float32))
 
     @triton.jit(do_not_specialize=["T", "NC"])
     def _phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, ddt_ptr, dare_ptr, daim_ptr,

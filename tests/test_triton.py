@@ -79,6 +79,22 @@ def _ssd_inputs(Bsz=2, T=70, H=2, N=8, D=16, s0=True, im_scale=3.0, seed=0, devi
     return ins, (init.to(device).requires_grad_() if s0 else None)
 
 
+def _ssd_real_rounded_qk(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_size=64, initial_state=None):
+    "`ssd_real_chunkwise` in fp32 except that the rotated q, k are rounded to bf16 (straight through): the bf16 band."
+    from mamba3_lite.chunkwise import (_pad_time, chunk_log_decays_and_phases, complex_state_from_real,
+                                       real_state_from_complex, rotate_bc)
+    Bsz, T, H, D = x.shape
+    Q = chunk_size
+    alpha, theta, theta_end = chunk_log_decays_and_phases(dt, A_re, A_im, Q)
+    nc, pad = alpha.shape[1], alpha.shape[1] * Q - T
+    ch = [_pad_time(t.float(), pad).reshape(Bsz, nc, Q, H, -1) for t in (B_re, B_im, C_re, C_im, x)]
+    q, k = rotate_bc(*ch[:4], theta)
+    q, k = (t + (t.bfloat16().float() - t).detach() for t in (q, k))
+    S0 = None if initial_state is None else real_state_from_complex(initial_state)
+    y, S = real_ssd_chunked(q, k, ch[4], alpha, S0)
+    return y.reshape(Bsz, nc * Q, H, D)[:, :T], complex_state_from_real(S, theta_end)
+
+
 # ---------------------------------------------------------------------------------------------------- no triton
 def test_without_triton_module_imports_and_raises():
     "Hide triton from a fresh interpreter: the module imports, HAS_TRITON is False, kernels raise ImportError."
@@ -251,21 +267,34 @@ class TestGPU:
 
     @pytest.mark.parametrize("T,s0", [(300, True), (2048, False)])
     def test_bf16_parity(self, T, s0):
+        """Outputs and gradients within 2-3% of the largest fp32 reference value. d Im A and ddt (the phase path) are
+        ill-conditioned in bf16: rounding q, k to bf16 *alone* (everything else exact fp32) moves them by tens of per
+        cent, so they must stay within twice that band of the fp32 reference (and the band is printed)."""
         ins, init = _ssd_inputs(Bsz=2, T=T, H=4, N=64, D=64, s0=s0, device="cuda", dtype=torch.bfloat16)
         ref_ins = [t.detach().float().requires_grad_() for t in ins]                 # same values, fp32 reference
+        rnd_ins = [t.detach().float().requires_grad_() for t in ins]
         ref_init = None if init is None else init.detach().clone().requires_grad_()
+        rnd_init = None if init is None else init.detach().clone().requires_grad_()
         out = ts.ssd_real_chunkwise_triton(*ins, chunk_size=64, initial_state=init, return_final_state=True)
         ref = ssd_real_chunkwise(*ref_ins, chunk_size=64, initial_state=ref_init, return_final_state=True)
+        rnd = _ssd_real_rounded_qk(*rnd_ins, chunk_size=64, initial_state=rnd_init)
         assert out[0].dtype == torch.bfloat16
         assert_close(out[0].float(), ref[0], rtol=2e-2, name=f"bf16 y T={T}")
         assert_close(_flat(out[1]), _flat(ref[1]), rtol=2e-2, name=f"bf16 final state T={T}")
         all_in, all_ref = ins + ([init] if s0 else []), ref_ins + ([ref_init] if s0 else [])
+        all_rnd = rnd_ins + ([rnd_init] if s0 else [])
         gy = torch.randn_like(ref[0])
         gs = torch.randn_like(ref[1])
         g = torch.autograd.grad((out[0].float() * gy).sum() + (out[1] * gs.conj()).real.sum(), all_in)
         gr = torch.autograd.grad((ref[0] * gy).sum() + (ref[1] * gs.conj()).real.sum(), all_ref)
-        for a, b, n in zip(g, gr, "dx dA_re dA_im dB_re dB_im dC_re dC_im ddt dinit".split()):
-            assert_close(_flat(a).float(), _flat(b), rtol=3e-2, name=f"bf16 {n} T={T}")
+        gb = torch.autograd.grad((rnd[0] * gy).sum() + (rnd[1] * gs.conj()).real.sum(), all_rnd)
+        for a, b, c, n in zip(g, gr, gb, "dx dA_re dA_im dB_re dB_im dC_re dC_im ddt dinit".split()):
+            if n in ("dA_im", "ddt"):
+                band = (_flat(c) - _flat(b)).abs().max().item()
+                print(f"bf16 {n} T={T}: band from rounding q, k alone = {band:.3e} (scale {_flat(b).abs().max().item():.3e})")
+                assert_close(_flat(a).float(), _flat(b), rtol=3e-2, atol=2 * band, name=f"bf16 {n} T={T}")
+            else:
+                assert_close(_flat(a).float(), _flat(b), rtol=3e-2, name=f"bf16 {n} T={T}")
 
     def test_fp32_fused_kernels(self):
         ins = [t.detach().cuda().requires_grad_() if t is not None else None for t in _real_inputs(Q=16, M=16, D=16)]
