@@ -97,9 +97,14 @@ def chunk_log_decays_and_phases(dt, A_re, A_im, chunk_size):
     delta = F.softplus(dt.float())                                               # (B, T, H)
     a = _pad_time(delta * A_re.float(), pad).reshape(Bsz, nc, Q, H)             # log-decay per step, <= 0
     alpha = torch.cumsum(a, dim=2)                                               # (B, c, Q, H)
-    b = _pad_time(F.softplus(dt.double()) * A_im.double(), pad)                  # (B, T', H) phase per step
-    theta = torch.cumsum(b, dim=1).remainder(2 * math.pi).float()                # (B, T', H) in [0, 2*pi)
-    return alpha, theta.reshape(Bsz, nc, Q, H), theta[:, -1]
+    b = _pad_time(F.softplus(dt.double()) * A_im.double(), pad).reshape(Bsz, nc, Q, H)   # phase per step, fp64
+    # a two-level fp64 cumsum (within chunks, then over chunk totals) equals one over T, and keeps every scan short
+    # (Inductor's split scan over a long fp64 dim fails to compile on CUDA, torch 2.11)
+    theta_local = torch.cumsum(b, dim=2)                                         # (B, c, Q, H)
+    chunk_phase = theta_local[:, :, -1]                                          # (B, c, H)
+    offset = torch.cumsum(chunk_phase, dim=1) - chunk_phase                      # exclusive, (B, c, H)
+    theta = (offset[:, :, None] + theta_local).remainder(2 * math.pi).float()    # (B, c, Q, H) in [0, 2*pi)
+    return alpha, theta, theta[:, -1, -1]
 
 # %% ../nbs/02_chunkwise.ipynb #69653ec3
 def rotate_bc(B_re, B_im, C_re, C_im, theta):

@@ -543,7 +543,7 @@ if HAS_TRITON:
         return tl.maximum(x, 0.0) + tl.where(w == 1.0, u, tl.log(w) * u / (w - 1.0))
 
     @triton.jit(do_not_specialize=["T", "NC"])
-    def _phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr,
+    def _phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, tp_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr,
                            sdb, sdt, sdh, T, H, Q, NC, BQ: tl.constexpr):
         "One (b, h): alpha = chunk-local cumsum of softplus(dt) Re A (fp32); theta = fp64 running sum of softplus(dt) Im A mod 2pi."
         pid = tl.program_id(0)
@@ -551,6 +551,7 @@ if HAS_TRITON:
         a_re = tl.load(are_ptr + h).to(tl.float32)
         a_im = tl.load(aim_ptr + h).to(tl.float64)
         offs = tl.arange(0, BQ)
+        two_pi = tl.load(tp_ptr)                     # fp64 2*pi from memory: a Python float literal may be fp32 here
         carry = tl.sum(tl.zeros([BQ], dtype=tl.float64), axis=0)                    # fp64 phase carried over chunks
         for c in range(NC):
             t = c * Q + offs
@@ -561,14 +562,14 @@ if HAS_TRITON:
             bb = sp.to(tl.float64) * a_im
             th = carry + tl.cumsum(bb, axis=0)
             carry += tl.sum(bb, axis=0)
-            kk = (th / 6.283185307179586).to(tl.int64).to(tl.float64)                          # floor, also for negative phases
-            kk = tl.where(kk * 6.283185307179586 > th, kk - 1.0, kk)
-            th32 = (th - kk * 6.283185307179586).to(tl.float32)
+            kk = (th / two_pi).to(tl.int64).to(tl.float64)                          # floor, also for negative phases
+            kk = tl.where(kk * two_pi > th, kk - 1.0, kk)
+            th32 = (th - kk * two_pi).to(tl.float32)
             tl.store(cos_ptr + (b * T + t) * H + h, tl.cos(th32), mask=m)
             tl.store(sin_ptr + (b * T + t) * H + h, tl.sin(th32), mask=m)
-        kk = (carry / 6.283185307179586).to(tl.int64).to(tl.float64)
-        kk = tl.where(kk * 6.283185307179586 > carry, kk - 1.0, kk)
-        tl.store(thend_ptr + pid, (carry - kk * 6.283185307179586).to(tl.float32))
+        kk = (carry / two_pi).to(tl.int64).to(tl.float64)
+        kk = tl.where(kk * two_pi > carry, kk - 1.0, kk)
+        tl.store(thend_ptr + pid, (carry - kk * two_pi).to(tl.float32))
 
     @triton.jit(do_not_specialize=["T", "NC"])
     def _phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, ddt_ptr, dare_ptr, daim_ptr,
@@ -747,7 +748,8 @@ class _SSDRealTriton(torch.autograd.Function):
         alpha = torch.empty(Bsz, NC * Q, H, dtype=torch.float32, device=dev)
         cos, sin = (torch.empty(Bsz, T, H, dtype=torch.float32, device=dev) for _ in range(2))
         th_end = torch.empty(Bsz, H, dtype=torch.float32, device=dev)
-        _phases_fwd_kernel[(Bsz * H,)](dt, A_re32, A_im32, alpha, cos, sin, th_end, dt.stride(0), dt.stride(1),
+        two_pi = torch.full((1,), 2 * math.pi, dtype=torch.float64, device=dev)
+        _phases_fwd_kernel[(Bsz * H,)](dt, A_re32, A_im32, two_pi, alpha, cos, sin, th_end, dt.stride(0), dt.stride(1),
                                        dt.stride(2), T, H, Q, NC, BQ=_block(Q))
         bc = [B_re, B_im, C_re, C_im]
         if any(t.stride() != B_re.stride() or t.stride(-1) != 1 for t in bc):
