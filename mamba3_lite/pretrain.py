@@ -8,17 +8,17 @@ __all__ = ['PEAK_BF16_FLOPS', 'TINY_MODEL', 'PRESETS', 'ASSUMED_GPU_MFU', 'CPU_E
            'estimate_memory', 'dry_run', 'main']
 
 # %% ../nbs/08_pretrain.ipynb #43839a7a
-import argparse, builtins, dataclasses, difflib, json, math, os, sys, time
+import argparse, builtins, dataclasses, difflib, io, json, os, sys, textwrap, time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .model import ModelConfig, Mamba3Transformer
-from .data import PretrainDataset, batches, builtin_corpus, get_tokenizer, EOT_ID
+from .data import PretrainDataset, batches, builtin_corpus, get_tokenizer
 from .training import (TrainingConfig, ConfigError, CheckpointManager, CheckpointError, TrainingLogger, NanGuard,
                                   DistEnv, init_distributed, agree_any, all_mean, all_gather_object, build_optimizer,
                                   clip_grad_norm, lr_at, set_lr, scheduler_state, rng_state, set_rng_state, seed_everything,
@@ -52,8 +52,9 @@ def resolve_data_path(data_path: str) -> Path:
 
 class Pretrainer:
     "Trains `Mamba3Transformer` as `cfg` says: devices, data, DDP/FSDP2, AdamW, checkpoints, NaN guard, logs."
-    def __init__(self, cfg: TrainingConfig, env: DistEnv | None = None, echo=None):
+    def __init__(self, cfg: TrainingConfig, env: DistEnv | None = None, echo=None, progress: bool = True):
         cfg = _enforce_triton_env_var(cfg)
+        self.progress = progress
         self.cfg, self.env = cfg, env or init_distributed(cfg.device)
         self.device, main = self.env.device, self.env.is_main
         self.echo = echo or (lambda msg: tqdm.write(str(msg), file=sys.stdout))
@@ -109,7 +110,7 @@ class Pretrainer:
             self._fsdp = model
         elif env.distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
-            model = self._ddp = DDP(model, device_ids=[self.device.index] if self.is_cuda else None)
+            model = self._ddp = DDP(model, device_ids=[self.device.index] if self.is_cuda else None, gradient_as_bucket_view=True)
         if cfg.compile_model: model = torch.compile(model, mode=cfg.compile_mode)
         return model
 
@@ -121,17 +122,20 @@ class Pretrainer:
 
     # ---- state
     def _model_state(self) -> dict:
+        "The full model state on the CPU (rank 0; a collective under FSDP2). Tied tensors stay one tensor."
         if self._fsdp is not None:
             from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
             return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        if not self.env.is_main: return {}
+        memo = {}
+        return {k: memo.setdefault(id(v), v.detach().cpu()) for k, v in self.model.state_dict().items()}
 
     def _optim_state(self) -> dict:
         if self._fsdp is not None:
             from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, StateDictOptions
             opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
             return {"fsdp_full": [get_optimizer_state_dict(self.model, o, options=opts) for o in self.optimizer.optimizers]}
-        return self.optimizer.state_dict()
+        return self.optimizer.state_dict() if self.env.is_main else {}
 
     def _data_signature(self) -> dict:
         "What identifies the data stream (not its folder: a moved copy of the same shards resumes fine)."
@@ -278,24 +282,33 @@ class Pretrainer:
 
     def sample(self, prompt: str = "\n", max_new_tokens: int | None = None, temperature: float = 0.8, top_k: int = 50) -> str:
         "Generated text from `prompt`, with its own generator (training's RNG is untouched). Every rank calls it (FSDP gathers)."
-        enc, n = get_tokenizer(), max_new_tokens or self.cfg.sample_tokens
+        n = max_new_tokens or self.cfg.sample_tokens
         model = self.model
         if self._fsdp is not None:           # decoding steps are not forward calls, so FSDP can't gather for them: a full copy
             sd = self._model_state()
             if not self.env.is_main: return ""
             model = Mamba3Transformer(ModelConfig(**self.cfg.model_kwargs())).to(self.device); model.load_state_dict(sd)
-        ids = [t for t in enc.encode_ordinary(prompt) if t < self.cfg.vocab_size] or [0]
+        ids = [t for t in self.encode(prompt) if t < self.cfg.vocab_size] or [0]
         idx = torch.tensor([ids], device=self.device)
         gen = torch.Generator(self.device).manual_seed(self.cfg.seed + self.step)
         with self.autocast():
             out = model.generate(idx, n, temperature=temperature, top_k=min(top_k, self.cfg.vocab_size), generator=gen)
-        return enc.decode([t for t in out[0, len(ids):].tolist() if t < enc.n_vocab], errors="replace")
+        return self.decode(out[0, len(ids):].tolist())
+
+    def encode(self, text: str) -> list[int]:
+        "GPT-2 ids; with a vocabulary of at most 256 the ids are bytes (the tests' and demos' byte shards)."
+        return list(text.encode()) if self.cfg.vocab_size <= 256 else get_tokenizer().encode_ordinary(text)
+
+    def decode(self, ids: list[int]) -> str:
+        if self.cfg.vocab_size <= 256: return bytes(ids).decode("utf-8", errors="replace")
+        enc = get_tokenizer()
+        return enc.decode([t for t in ids if t < enc.n_vocab], errors="replace")
 
     def train(self, until_step: int | None = None) -> dict:
         "Train to `max_steps` (or stop after `until_step`, for tests); log, evaluate, checkpoint, export at the end."
         cfg, env = self.cfg, self.env
         end = min(cfg.max_steps, until_step or cfg.max_steps)
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not env.is_main, unit="step", dynamic_ncols=True,
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not (env.is_main and self.progress), unit="step", dynamic_ncols=True,
                    file=sys.stderr, mininterval=1.0)
         t0, tok0, history = time.perf_counter(), self.tokens_seen, []
         if self.step == 0 and env.is_main: self.echo(f"training {self.n_params:,} parameters on {env.world_size} x {self.device.type}; "
@@ -360,7 +373,7 @@ def _model_field_type(name: str):
 
 def parse_overrides(tokens: list[str]) -> dict:
     "`['--lr', '1e-3', '--model_config.d_model=256', ...]` -> a dict of TrainingConfig fields (values still strings)."
-    from mamba3_lite.training import _coerce
+    from mamba3_lite.training import _coerce, _suggest
     names = {f.name: f for f in dataclasses.fields(TrainingConfig)}
     out, model, i = {}, {}, 0
     while i < len(tokens):
@@ -371,8 +384,8 @@ def parse_overrides(tokens: list[str]) -> dict:
         key = key.replace("-", "_")
         is_model = key.startswith(("model_config.", "model."))
         if not is_model and key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            raise ConfigError(f"unknown option --{key}" + (f" (did you mean --{close[0]}?)" if close else "")
+            close = _suggest(key, names)
+            raise ConfigError(f"unknown option --{key}" + (f" (did you mean --{close}?)" if close else "")
                               + "; options are TrainingConfig fields, see --help")
         if not eq:
             is_bool = (_model_field_type(key.split(".", 1)[1]) if is_model else names[key].type) is bool
@@ -407,7 +420,7 @@ def build_config(preset: str | None = None, config_file=None, overrides: dict | 
     return cfg
 
 # %% ../nbs/08_pretrain.ipynb #bbf91495
-ASSUMED_GPU_MFU, CPU_EFFICIENCY = 0.40, 0.25
+ASSUMED_GPU_MFU, CPU_EFFICIENCY = 0.40, 0.7
 
 def count_params(model_kwargs: dict) -> int:
     "Parameters of the model these kwargs build, counted on the meta device (no memory, no init cost)."
@@ -435,7 +448,7 @@ def _cpu_flops() -> float:
     return 2 * 1024**3 * n / (time.perf_counter() - t)
 
 def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.device | None = None, file=None) -> dict:
-    "Print (and return) what a run of `cfg` costs; builds nothing big, reads only the corpus size."
+    "Print (and return) what a run of `cfg` costs; builds nothing big, reads only the corpus size. Without CUDA, a model over 50M parameters is costed for an H200."
     file = file or sys.stdout
     world_size = world_size or int(os.environ.get("WORLD_SIZE", 1))
     device = device or torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
@@ -443,8 +456,10 @@ def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.de
     tps = cfg.tokens_per_step * world_size
     budget = tps * cfg.max_steps
     mem = estimate_memory(cfg, P, world_size)
-    peak = peak_flops(device)
-    if peak: tok_s, src = ASSUMED_GPU_MFU * peak * world_size / (6 * P), f"{ASSUMED_GPU_MFU:.0%} MFU of {torch.cuda.get_device_name(device)} (assumed)"
+    peak, gpu = peak_flops(device), torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    if device.type == "cpu" and P > 50e6:       # a GPU-sized model planned on a laptop: estimate for the GPU it is meant for
+        peak, gpu, device = PEAK_BF16_FLOPS["H200"], "H200 (no GPU here)", torch.device("cuda")
+    if peak: tok_s, src = ASSUMED_GPU_MFU * peak * world_size / (6 * P), f"an assumed {ASSUMED_GPU_MFU:.0%} MFU of one {gpu}"
     elif device.type == "cuda": tok_s, src = None, "unknown GPU: no peak figure"
     else: tok_s, src = CPU_EFFICIENCY * _cpu_flops() * world_size / (6 * P), f"CPU matmul FLOP/s x {CPU_EFFICIENCY} (estimate)"
     corpus = None
@@ -453,14 +468,18 @@ def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.de
         if dp is not None: corpus = PretrainDataset(dp, cfg.max_seq_len, cfg.vocab_size, check_tokens=False).n_tokens
     except (ConfigError, ValueError, OSError) as e: corpus = f"unreadable ({e})"
     m = cfg.model_kwargs(); G = 1e9
+    def n_tok(n): return f"{n / 1e9:.3f}B" if n >= 1e9 else f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n:,}"
     lines = [f"model: {P:,} parameters (d_model {m.get('d_model', ModelConfig().d_model)}, {m.get('n_layers', ModelConfig().n_layers)} layers, vocab {cfg.vocab_size:,})",
              f"tokens per step: {tps:,} = micro-batch {cfg.batch_size} x accumulation {cfg.gradient_accumulation_steps} x {cfg.max_seq_len} tokens x {world_size} rank(s)",
-             f"token budget: {cfg.max_steps:,} steps x {tps:,} = {budget / G:.3f}B tokens"
-             + (f" ({budget / corpus:.2f} epochs of the {corpus / G:.3f}B-token corpus)" if isinstance(corpus, int) and corpus else "")
+             f"token budget: {cfg.max_steps:,} steps x {tps:,} = {n_tok(budget)} tokens"
+             + (f" ({budget / corpus:.2f} epochs of the {n_tok(corpus)}-token corpus)" if isinstance(corpus, int) and corpus else "")
              + (" (built-in Shakespeare corpus: 1.5M tokens)" if cfg.data_path == "builtin" else ""),
-             f"memory per {device.type} (estimate): states {mem['states'] / G:.1f} GB + activations {mem['activations'] / G:.1f} GB"
+             f"memory per {'GPU' if device.type == 'cuda' else 'CPU process'} (estimate): states {mem['states'] / G:.1f} GB + activations {mem['activations'] / G:.1f} GB"
              f" (grad checkpoint {'on' if cfg.grad_checkpoint else 'off'}) + logits {mem['logits'] / G:.1f} GB = {mem['total'] / G:.1f} GB"]
-    if tok_s: lines.append(f"time to the token budget: {budget / tok_s / 3600:.2f} h at {tok_s:,.0f} tokens/s ({src})")
+    if tok_s:
+        sec = budget / tok_s
+        lines.append(f"time to the token budget: {sec / 3600:.2f} h ({sec / 60:.1f} min) at {tok_s:,.0f} tokens/s ({src})"
+                     if sec < 3 * 3600 else f"time to the token budget: {sec / 3600:.1f} h at {tok_s:,.0f} tokens/s ({src})")
     else: lines.append(f"time to the token budget: unknown ({src})")
     print("\n".join(lines), file=file)
     return {"params": P, "tokens_per_step": tps, "token_budget": budget, "memory": mem, "tokens_per_s": tok_s, "hours": tok_s and budget / tok_s / 3600}
@@ -481,14 +500,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cuda_banner() -> str:
     name = torch.cuda.get_device_name(0)
+    preset = "a100" if "A100" in name else "h200"
+    plan = io.StringIO()
+    dry_run(build_config(preset), device=torch.device("cuda", 0), file=plan)
     return (f"CUDA is available ({torch.cuda.device_count()} x {name}); nothing was started.\n"
-            f"Choose a preset (the 434M model with the seed's recipe, GUIDE §1):\n"
-            f"  python -m mamba3_lite.pretrain --preset h200 --data_path DIR --dry-run   # see the cost first\n"
-            f"  python -m mamba3_lite.pretrain --preset h200 --data_path DIR             # one GPU\n"
-            f"  torchrun --nproc_per_node=8 -m mamba3_lite.pretrain --preset h200 --data_path DIR\n"
+            f"It would run --preset {preset} (the 434M model with the seed's recipe, GUIDE §1):\n"
+            + textwrap.indent(plan.getvalue(), "  ") +
+            f"Choose explicitly:\n"
+            f"  python -m mamba3_lite.pretrain --preset {preset} --data_path DIR --dry-run   # the cost first\n"
+            f"  python -m mamba3_lite.pretrain --preset {preset} --data_path DIR             # one GPU\n"
+            f"  torchrun --nproc_per_node=8 -m mamba3_lite.pretrain --preset {preset} --data_path DIR [--parallel fsdp]\n"
             f"  python -m mamba3_lite.pretrain --preset tiny                             # minutes, built-in corpus\n"
             f"DIR holds train_*.bin/val_*.bin shards (python -m mamba3_lite.data prepare ...); without --data_path the\n"
-            f"built-in Shakespeare corpus (1.5M tokens) is used. Presets: {', '.join(sorted(PRESETS))}; --help lists all options.")
+            f"built-in Shakespeare corpus (1.5M tokens) is used. Presets: {', '.join(sorted(PRESETS))}; --help lists every option.")
 
 def main(argv=None) -> int:
     "The command line; returns the exit status."

@@ -84,7 +84,10 @@ class TrainingConfig:
         "Build from a dict (a YAML/JSON file, CLI overrides), on top of `base`; unknown keys and bad values raise `ConfigError`."
         names = {f.name: f for f in fields(cls)}
         unknown = sorted(k for k in d if k not in names)
-        if unknown: raise ConfigError(f"unknown TrainingConfig field(s): {', '.join(unknown)} (known: {', '.join(names)})")
+        if unknown:
+            hints = [f"{k} -> {s}" for k in unknown if (s := _suggest(k, names))]
+            raise ConfigError(f"unknown TrainingConfig field(s): {', '.join(unknown)}"
+                              + (f" (did you mean: {', '.join(hints)}?)" if hints else "") + f"; known: {', '.join(names)}")
         kw = (base or cls()).to_dict()
         for k, v in d.items():
             if k == "model_config":   # merged key by key, so a file or flag can change one model field
@@ -127,6 +130,18 @@ class TrainingConfig:
 
 # %% ../nbs/07_training.ipynb #3bdcbcfa
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_ALIASES = {"learning_rate": "lr", "steps": "max_steps", "train_steps": "max_steps", "warmup": "warmup_steps",
+            "grad_accum": "gradient_accumulation_steps", "accumulation_steps": "gradient_accumulation_steps",
+            "micro_batch_size": "batch_size", "seq_len": "max_seq_len", "context_length": "max_seq_len", "block_size": "max_seq_len",
+            "out_dir": "checkpoint_dir", "output_dir": "checkpoint_dir", "data": "data_path", "compile": "compile_model",
+            "clip": "max_grad_norm", "grad_clip": "max_grad_norm", "model": "model_config", "wd": "weight_decay"}
+
+def _suggest(name: str, names) -> str | None:
+    "The field a misspelt or foreign (nanoGPT/HF) option name most likely means."
+    import difflib
+    if _ALIASES.get(name) in names: return _ALIASES[name]
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 def _coerce(name, typ, v):
     "Convert `v` (a Python value or a CLI string) to the type of field `name`; `ConfigError` names the field if it can't."

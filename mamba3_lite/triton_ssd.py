@@ -266,34 +266,33 @@ if HAS_TRITON:
     def _state_fwd_kernel(k_ptr, x_ptr, a_ptr, s0_ptr, st_ptr, sf_ptr,
                           skb, skt, skh, sxb, sxt, sxh, T, H, M, D, Q, NC,
                           HAS_S0: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
-                          BC: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
-        "Sequential over chunks for one (b, h, M-tile, D-tile): store the state entering each chunk, then S <- e^{a_end} S + sum_s w_s k_s x_s^T."
+                          BQ: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
+        """Sequential over chunks for one (b, h, M-tile, D-tile): store the state entering each chunk, then
+        S <- e^{a_end} S + sum_s w_s k_s x_s^T. One loop step is one whole chunk (BQ >= Q rows), so the compiler's
+        software pipelining prefetches the next chunk's k and x while this one is multiplied."""
         pid_m, pid_d, pid_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         b, h = pid_bh // H, pid_bh % H
         offs_m = pid_m * BM + tl.arange(0, BM)
         offs_d = pid_d * BD + tl.arange(0, BD)
+        offs_s = tl.arange(0, BQ)
         mmd = (offs_m < M)[:, None] & (offs_d < D)[None, :]
         md = offs_m[:, None] * D + offs_d[None, :]
-        if HAS_S0:
-            S = tl.load(s0_ptr + pid_bh * M * D + md, mask=mmd, other=0.).to(st_ptr.dtype.element_ty)
+        if HAS_S0:                                    # the running state is fp32 (fp64 for fp64); stored copies may be bf16
+            S = tl.load(s0_ptr + pid_bh * M * D + md, mask=mmd, other=0.).to(sf_ptr.dtype.element_ty)
         else:
-            S = tl.zeros([BM, BD], dtype=st_ptr.dtype.element_ty)
+            S = tl.zeros([BM, BD], dtype=sf_ptr.dtype.element_ty)
         for c in range(NC):
-            tl.store(st_ptr + ((b * NC + c) * H + h) * M * D + md, S, mask=mmd)
+            tl.store(st_ptr + ((b * NC + c) * H + h) * M * D + md, S.to(st_ptr.dtype.element_ty), mask=mmd)
             a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
-            upd = tl.zeros([BM, BD], dtype=st_ptr.dtype.element_ty)
-            for s0 in range(0, Q, BC):
-                offs_s = s0 + tl.arange(0, BC)
-                t_s = c * Q + offs_s
-                ms = (offs_s < Q) & (t_s < T)
-                a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
-                w = tl.exp(tl.where(ms, a_end - a_s, float("-inf")))            # decay to the chunk end, exponent <= 0
-                kT = tl.load(k_ptr + b * skb + t_s[None, :] * skt + h * skh + offs_m[:, None],
-                             mask=(offs_m < M)[:, None] & ms[None, :], other=0.)          # (BM, BC)
-                xs = tl.load(x_ptr + b * sxb + t_s[:, None] * sxt + h * sxh + offs_d[None, :],
-                             mask=ms[:, None] & (offs_d < D)[None, :], other=0.)          # (BC, BD)
-                upd += _mm((kT * w[None, :]).to(xs.dtype), xs, F64, PREC)
-            S = S * tl.exp(a_end) + upd
+            t_s = c * Q + offs_s
+            ms = (offs_s < Q) & (t_s < T)
+            a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
+            w = tl.exp(tl.where(ms, a_end - a_s, float("-inf")))                    # decay to the chunk end, exponent <= 0
+            kT = tl.load(k_ptr + b * skb + t_s[None, :] * skt + h * skh + offs_m[:, None],
+                         mask=(offs_m < M)[:, None] & ms[None, :], other=0.)              # (BM, BQ)
+            xs = tl.load(x_ptr + b * sxb + t_s[:, None] * sxt + h * sxh + offs_d[None, :],
+                         mask=ms[:, None] & (offs_d < D)[None, :], other=0.)              # (BQ, BD)
+            S = S * tl.exp(a_end) + _mm((kT * w[None, :]).to(xs.dtype), xs, F64, PREC)
         tl.store(sf_ptr + pid_bh * M * D + md, S, mask=mmd)
 
 # %% ../nbs/05_triton.ipynb #21b5ab42
@@ -340,35 +339,32 @@ if HAS_TRITON:
     def _state_bwd_kernel(q_ptr, dy_ptr, a_ptr, dsf_ptr, dst_ptr, ds0_ptr,
                           sqb, sqt, sqh, sdb, sdt, sdh, T, H, M, D, Q, NC,
                           HAS_DSF: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
-                          BC: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
+                          BQ: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
         "Reverse pass: store dL/dS_out for each chunk, then G <- e^{a_end} G + sum_l e^{a_l} q_l dy_l^T; finally dS0."
         pid_m, pid_d, pid_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         b, h = pid_bh // H, pid_bh % H
         offs_m = pid_m * BM + tl.arange(0, BM)
         offs_d = pid_d * BD + tl.arange(0, BD)
+        offs_s = tl.arange(0, BQ)
         mmd = (offs_m < M)[:, None] & (offs_d < D)[None, :]
         md = offs_m[:, None] * D + offs_d[None, :]
         if HAS_DSF:
-            G = tl.load(dsf_ptr + pid_bh * M * D + md, mask=mmd, other=0.).to(dst_ptr.dtype.element_ty)
+            G = tl.load(dsf_ptr + pid_bh * M * D + md, mask=mmd, other=0.).to(ds0_ptr.dtype.element_ty)
         else:
-            G = tl.zeros([BM, BD], dtype=dst_ptr.dtype.element_ty)
+            G = tl.zeros([BM, BD], dtype=ds0_ptr.dtype.element_ty)
         for i in range(NC):
             c = NC - 1 - i
-            tl.store(dst_ptr + ((b * NC + c) * H + h) * M * D + md, G, mask=mmd)
+            tl.store(dst_ptr + ((b * NC + c) * H + h) * M * D + md, G.to(dst_ptr.dtype.element_ty), mask=mmd)
             a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
-            upd = tl.zeros([BM, BD], dtype=dst_ptr.dtype.element_ty)
-            for s0 in range(0, Q, BC):
-                offs_s = s0 + tl.arange(0, BC)
-                t_s = c * Q + offs_s
-                ms = (offs_s < Q) & (t_s < T)
-                a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
-                e = tl.exp(tl.where(ms, a_s, float("-inf")))
-                qT = tl.load(q_ptr + b * sqb + t_s[None, :] * sqt + h * sqh + offs_m[:, None],
-                             mask=(offs_m < M)[:, None] & ms[None, :], other=0.)          # (BM, BC)
-                dys = tl.load(dy_ptr + b * sdb + t_s[:, None] * sdt + h * sdh + offs_d[None, :],
-                              mask=ms[:, None] & (offs_d < D)[None, :], other=0.)         # (BC, BD)
-                upd += _mm((qT * e[None, :]).to(dys.dtype), dys, F64, PREC)
-            G = G * tl.exp(a_end) + upd
+            t_s = c * Q + offs_s
+            ms = (offs_s < Q) & (t_s < T)
+            a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
+            e = tl.exp(tl.where(ms, a_s, float("-inf")))
+            qT = tl.load(q_ptr + b * sqb + t_s[None, :] * sqt + h * sqh + offs_m[:, None],
+                         mask=(offs_m < M)[:, None] & ms[None, :], other=0.)              # (BM, BQ)
+            dys = tl.load(dy_ptr + b * sdb + t_s[:, None] * sdt + h * sdh + offs_d[None, :],
+                          mask=ms[:, None] & (offs_d < D)[None, :], other=0.)             # (BQ, BD)
+            G = G * tl.exp(a_end) + _mm((qT * e[None, :]).to(dys.dtype), dys, F64, PREC)
         tl.store(ds0_ptr + pid_bh * M * D + md, G, mask=mmd)
 
 # %% ../nbs/05_triton.ipynb #fbcc00db
@@ -477,7 +473,8 @@ if HAS_TRITON:
         part = (pid_m * B + b) * NC * Q * H + (c * Q + offs_r) * H + h                   # (nm, B, NC*Q, H)
         tl.store(da_ptr + part, da, mask=offs_r < Q)
         tl.store(kdk_ptr + part, kdk, mask=offs_r < Q)
-        tl.store(gs_ptr + ((pid_m * B + b) * NC + c) * H + h, tl.sum(tl.sum(ST * GT, axis=1), axis=0), mask=pid_r == 0)
+        prod = ST.to(gs_ptr.dtype.element_ty) * GT.to(gs_ptr.dtype.element_ty)
+        tl.store(gs_ptr + ((pid_m * B + b) * NC + c) * H + h, tl.sum(tl.sum(prod, axis=1), axis=0), mask=pid_r == 0)
         if DTHETA:                                                                       # d/dtheta of q = [-q2, q1]
             NH = M // 2
             offs_sw = tl.where(offs_m < NH, offs_m + NH, offs_m - NH)
@@ -486,6 +483,87 @@ if HAS_TRITON:
             k_sw = tl.load(k_ptr + b * skb + t_r[:, None] * skt + h * skh + offs_sw[None, :], mask=mrm, other=0.)
             dth = tl.sum(dq * (q_sw.to(dq.dtype) * sgn), axis=1) + tl.sum(dk * (k_sw.to(dk.dtype) * sgn), axis=1)
             tl.store(dth_ptr + part, dth, mask=offs_r < Q)
+
+# %% ../nbs/05_triton.ipynb #073b573d
+if HAS_TRITON:
+    @triton.jit(do_not_specialize=["T", "B", "NC"])
+    def _bwd_dqk_kernel(own_ptr, u_ptr, v_ptr, w_ptr, a_ptr, s_ptr, s2_ptr, out_ptr, part_ptr, gs_ptr,
+                        sub, sut, suh, svb, svt, svh, swb, swt, swh, szb, szt, szh,
+                        T, B, H, M, D, Q, NC, IS_DK: tl.constexpr, DTHETA: tl.constexpr, F64: tl.constexpr,
+                        PREC: tl.constexpr, BC: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
+        """dq (IS_DK=False: own=q, u=dy, v=x, w=k, s=S_in) or dk (IS_DK=True: own=k, u=x, v=dy, w=q, s=G, s2=S_in) for one
+        (b, chunk, h, row block, M tile). Row pieces of d(alpha), d(theta) and (dk) the chunk-state terms go to `part`."""
+        pid_rm, pid_bch = tl.program_id(0), tl.program_id(1)
+        nm = tl.cdiv(M, BM)
+        pid_r, pid_m = pid_rm // nm, pid_rm % nm
+        h, c, b = pid_bch % H, (pid_bch // H) % NC, pid_bch // (H * NC)
+        offs_r = pid_r * BC + tl.arange(0, BC)
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_d = tl.arange(0, BD)
+        t_r = c * Q + offs_r
+        mr, mm, mdd = (offs_r < Q) & (t_r < T), offs_m < M, offs_d < D
+        mrm = mr[:, None] & mm[None, :]
+        a_r = tl.load(a_ptr + (b * NC * Q + t_r) * H + h, mask=offs_r < Q, other=0.)
+        ur = tl.load(u_ptr + b * sub + t_r[:, None] * sut + h * suh + offs_d[None, :], mask=mr[:, None] & mdd[None, :], other=0.)
+        dm = ((b * NC + c) * H + h) * M * D + offs_d[:, None] + offs_m[None, :] * D
+        mdm = mdd[:, None] & mm[None, :]
+        ST = tl.load(s_ptr + dm, mask=mdm, other=0.)                                      # S_in^T or G^T (BD, BM)
+        if IS_DK:
+            if pid_r == 0:                                                               # <G, S_in> once per chunk
+                S2 = tl.load(s2_ptr + dm, mask=mdm, other=0.)
+                prod = ST.to(gs_ptr.dtype.element_ty) * S2.to(gs_ptr.dtype.element_ty)
+                tl.store(gs_ptr + ((pid_m * B + b) * NC + c) * H + h, tl.sum(tl.sum(prod, axis=1), axis=0))
+            a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
+            scale = tl.exp(tl.where(mr, a_end - a_r, float("-inf")))                    # w_r
+        else:
+            scale = tl.exp(a_r)
+        acc = _mm(ur, ST.to(ur.dtype), F64, PREC) * scale[:, None]                      # state term
+        # (tiles are re-read from L2 where that keeps fewer of them live: registers, not bandwidth, limit this kernel)
+        if IS_DK:
+            own0 = tl.load(own_ptr + b * szb + t_r[:, None] * szt + h * szh + offs_m[None, :], mask=mrm, other=0.)
+            kdk_state = tl.sum(own0.to(acc.dtype) * acc, axis=1)
+            for l0 in range(pid_r * BC, Q, BC):                                        # l >= r
+                offs_l = l0 + tl.arange(0, BC)
+                t_l = c * Q + offs_l
+                ml = (offs_l < Q) & (t_l < T)
+                a_l = tl.load(a_ptr + (b * NC * Q + t_l) * H + h, mask=offs_l < Q, other=0.)
+                vT = tl.load(v_ptr + b * svb + t_l[None, :] * svt + h * svh + offs_d[:, None],
+                             mask=mdd[:, None] & ml[None, :], other=0.)                   # dy_l^T (BD, BC)
+                wl = tl.load(w_ptr + b * swb + t_l[:, None] * swt + h * swh + offs_m[None, :],
+                             mask=ml[:, None] & mm[None, :], other=0.)                    # q_l (BC, BM)
+                causal = (offs_l[None, :] >= offs_r[:, None]) & ml[None, :]
+                LT = tl.exp(tl.where(causal, a_l[None, :] - a_r[:, None], float("-inf")))
+                acc += _mm((_mm(ur, vT, F64, PREC) * LT).to(wl.dtype), wl, F64, PREC)
+        else:
+            for s0 in range(0, tl.minimum((pid_r + 1) * BC, Q), BC):                   # s <= r
+                offs_s = s0 + tl.arange(0, BC)
+                t_s = c * Q + offs_s
+                ms = (offs_s < Q) & (t_s < T)
+                a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
+                vT = tl.load(v_ptr + b * svb + t_s[None, :] * svt + h * svh + offs_d[:, None],
+                             mask=mdd[:, None] & ms[None, :], other=0.)                   # x_s^T (BD, BC)
+                ws = tl.load(w_ptr + b * swb + t_s[:, None] * swt + h * swh + offs_m[None, :],
+                             mask=ms[:, None] & mm[None, :], other=0.)                    # k_s (BC, BM)
+                causal = (offs_r[:, None] >= offs_s[None, :]) & ms[None, :]
+                L = tl.exp(tl.where(causal, a_r[:, None] - a_s[None, :], float("-inf")))
+                acc += _mm((_mm(ur, vT, F64, PREC) * L).to(ws.dtype), ws, F64, PREC)
+        tl.store(out_ptr + ((b * T + t_r[:, None]) * H + h) * M + offs_m[None, :],
+                 acc.to(out_ptr.dtype.element_ty), mask=mrm)                              # out: fresh (B, T, H, M)
+        PS = nm * B * NC * Q * H                                                          # part: (slot, nm, B, NC*Q, H)
+        part = (pid_m * B + b) * NC * Q * H + (c * Q + offs_r) * H + h
+        own = tl.load(own_ptr + b * szb + t_r[:, None] * szt + h * szh + offs_m[None, :], mask=mrm, other=0.)
+        rows = tl.sum(own.to(acc.dtype) * acc, axis=1)
+        if IS_DK:
+            tl.store(part_ptr + part, -rows, mask=offs_r < Q)                           # -k . dk
+            tl.store(part_ptr + 2 * PS + part, kdk_state, mask=offs_r < Q)
+        else:
+            tl.store(part_ptr + part, rows, mask=offs_r < Q)                            # q . dq
+        if DTHETA:                                                                       # d/dtheta: J own = [-own2, own1]
+            NH = M // 2
+            offs_sw = tl.where(offs_m < NH, offs_m + NH, offs_m - NH)
+            sgn = tl.where(offs_m < NH, -1.0, 1.0)[None, :]
+            sw = tl.load(own_ptr + b * szb + t_r[:, None] * szt + h * szh + offs_sw[None, :], mask=mrm, other=0.)
+            tl.store(part_ptr + PS + part, tl.sum(acc * (sw.to(acc.dtype) * sgn), axis=1), mask=offs_r < Q)
 
 # %% ../nbs/05_triton.ipynb #13486d32
 if HAS_TRITON:
@@ -606,11 +684,11 @@ if HAS_TRITON:
 
 # %% ../nbs/05_triton.ipynb #d28a61b2
 TUNE = dict(BC=64, BM_state=64, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4,
-            warps_dx=4, warps_dqdk=8, stages=2, BR_rot=16)
+            warps_dx=4, warps_dqdk=8, stages=2, BR_rot=64, split_dqdk=True, BC_dqdk=64)
 
 def _cfg(Q, M, D):
     BC = min(TUNE["BC"], _block(Q))
-    return dict(BC=BC, BMf=_block(M), BDf=_block(D), BMs=min(TUNE["BM_state"], _block(M)),
+    return dict(BC=BC, BCq=min(TUNE["BC_dqdk"], _block(Q)), BMf=_block(M), BDf=_block(D), BMs=min(TUNE["BM_state"], _block(M)),
                 BDs=min(TUNE["BD_state"], _block(D)), BMq=min(TUNE["BM_dqdk"], _block(M)), BDy=min(TUNE["BD_scan"], _block(D)))
 
 def _s3(t):
@@ -620,6 +698,10 @@ def _s3(t):
 def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
+def _state_dtype(cd, acc):
+    "Stored chunk states: in the operands' dtype for bf16/fp16 (every consumer casts them to it for its dot anyway)."
+    return cd if cd in (torch.bfloat16, torch.float16) else acc
+
 
 def _states_fwd(k, x, alpha, S0, Q):
     "Launch the forward state pass: entering states (B, NC, H, M, D) and the final state (B, H, M, D), fp32 (fp64 for fp64)."
@@ -627,12 +709,12 @@ def _states_fwd(k, x, alpha, S0, Q):
     D, NC = x.shape[-1], alpha.shape[1] // Q
     acc = alpha.dtype
     c = _cfg(Q, M, D)
-    states = torch.empty(Bsz, NC, H, M, D, dtype=acc, device=k.device)
+    states = torch.empty(Bsz, NC, H, M, D, dtype=_state_dtype(k.dtype, acc), device=k.device)
     S_fin = torch.empty(Bsz, H, M, D, dtype=acc, device=k.device)
     grid = (triton.cdiv(M, c["BMs"]), triton.cdiv(D, c["BDs"]), Bsz * H)
     _state_fwd_kernel[grid](k, x, alpha, S0 if S0 is not None else S_fin, states, S_fin, *_s3(k), *_s3(x),
                             T, H, M, D, Q, NC, HAS_S0=S0 is not None, F64=acc == torch.float64, PREC=_prec(k.dtype),
-                            BC=c["BC"], BM=c["BMs"], BD=c["BDs"], num_warps=TUNE["warps_state"], num_stages=TUNE["stages"])
+                            BQ=_block(Q), BM=c["BMs"], BD=c["BDs"], num_warps=TUNE["warps_state"], num_stages=TUNE["stages"])
     return states, S_fin
 
 # %% ../nbs/05_triton.ipynb #f0a31396
@@ -665,7 +747,7 @@ def _scan_bwd(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False):
     grid = (triton.cdiv(M, c["BMs"]), triton.cdiv(D, c["BDs"]), Bsz * H)
     _state_bwd_kernel[grid](q, dy, alpha, dsf if dsf is not None else dS0, dstates, dS0, *_s3(q), *_s3(dy),
                             T, H, M, D, Q, NC, HAS_DSF=dsf is not None, F64=F64, PREC=PREC,
-                            BC=c["BC"], BM=c["BMs"], BD=c["BDs"], num_warps=TUNE["warps_state"], num_stages=TUNE["stages"])
+                            BQ=_block(Q), BM=c["BMs"], BD=c["BDs"], num_warps=TUNE["warps_state"], num_stages=TUNE["stages"])
     dx = torch.empty(Bsz, T, H, D, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(Q, c["BC"]) * triton.cdiv(D, c["BDy"]), Bsz * NC * H)
     _bwd_dx_kernel[grid](q, k, dy, alpha, dstates, dx, *_s3(q), *_s3(k), *_s3(dy), *_s3(dx), T, H, M, D, Q, NC,
@@ -674,20 +756,33 @@ def _scan_bwd(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False):
     dq = torch.empty(Bsz, T, H, M, dtype=q.dtype, device=q.device)
     dk = torch.empty_like(dq)
     nm = triton.cdiv(M, c["BMq"])
-    da = torch.empty(nm, Bsz, NC * Q, H, dtype=alpha.dtype, device=q.device)
-    kdk = torch.empty_like(da)
-    dth = torch.empty_like(da) if want_dtheta else da                               # never written without DTHETA
+    grid = (triton.cdiv(Q, c["BCq"]) * nm, Bsz * NC * H)
     gs = torch.empty(nm, Bsz, NC, H, dtype=alpha.dtype, device=q.device)
-    grid = (triton.cdiv(Q, c["BC"]) * nm, Bsz * NC * H)
-    _bwd_dqdk_kernel[grid](q, k, x, dy, alpha, states, dstates, dq, dk, da, kdk, gs, dth,
-                           *_s3(q), *_s3(k), *_s3(x), *_s3(dy), *_s3(dq), T, Bsz, H, M, D, Q, NC,
-                           DTHETA=want_dtheta, F64=F64, PREC=PREC, BC=c["BC"], BM=c["BMq"], BD=c["BDf"],
-                           num_warps=TUNE["warps_dqdk"], num_stages=TUNE["stages"])
-    dalpha = da.sum(0).view(Bsz, NC, Q, H)
-    last = kdk.sum(0).view(Bsz, NC, Q, H).sum(2) + alpha.view(Bsz, NC, Q, H)[:, :, -1].exp() * gs.sum(0)
+    if TUNE["split_dqdk"]:
+        pq = torch.empty(2, nm, Bsz, NC * Q, H, dtype=alpha.dtype, device=q.device)    # q.dq, dtheta (q side)
+        pk = torch.empty(3, nm, Bsz, NC * Q, H, dtype=alpha.dtype, device=q.device)    # -k.dk, dtheta (k side), k.dk_state
+        for is_dk, own, u, v, w, st, out, part in ((False, q, dy, x, k, states, dq, pq), (True, k, x, dy, q, dstates, dk, pk)):
+            _bwd_dqk_kernel[grid](own, u, v, w, alpha, st, states, out, part, gs, *_s3(u), *_s3(v), *_s3(w), *_s3(own),
+                                  T, Bsz, H, M, D, Q, NC, IS_DK=is_dk, DTHETA=want_dtheta, F64=F64, PREC=PREC,
+                                  BC=c["BCq"], BM=c["BMq"], BD=c["BDf"], num_warps=TUNE["warps_dqdk"],
+                                  num_stages=TUNE["stages"])
+        pq, pk = pq.sum(1), pk.sum(1)                                                   # over M tiles
+        da, kdk = pq[0] + pk[0], pk[2]
+        dth = pq[1] + pk[1] if want_dtheta else None
+    else:
+        da = torch.empty(nm, Bsz, NC * Q, H, dtype=alpha.dtype, device=q.device)
+        kdk = torch.empty_like(da)
+        dth = torch.empty_like(da) if want_dtheta else da                           # never written without DTHETA
+        _bwd_dqdk_kernel[grid](q, k, x, dy, alpha, states, dstates, dq, dk, da, kdk, gs, dth,
+                               *_s3(q), *_s3(k), *_s3(x), *_s3(dy), *_s3(dq), T, Bsz, H, M, D, Q, NC,
+                               DTHETA=want_dtheta, F64=F64, PREC=PREC, BC=c["BCq"], BM=c["BMq"], BD=c["BDf"],
+                               num_warps=TUNE["warps_dqdk"], num_stages=TUNE["stages"])
+        da, kdk = da.sum(0), kdk.sum(0)
+        dth = dth.sum(0) if want_dtheta else None
+    dalpha = da.view(Bsz, NC, Q, H)
+    last = kdk.view(Bsz, NC, Q, H).sum(2) + alpha.view(Bsz, NC, Q, H)[:, :, -1].exp() * gs.sum(0)
     dalpha[:, :, -1] += last                                                            # alpha_end: chunk decay and w_s
-    return (dq, dk, dx, dalpha.view(Bsz, NC * Q, H), (dS0 if S0 is not None else None),
-            dth.sum(0) if want_dtheta else None)
+    return dq, dk, dx, dalpha.view(Bsz, NC * Q, H), (dS0 if S0 is not None else None), dth
 
 
 class _RealSSD(torch.autograd.Function):

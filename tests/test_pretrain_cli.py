@@ -28,9 +28,9 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def write_config(path: Path, corpus: Path, ck: Path, fmt: str = "yaml", **kw) -> Path:
-    cfg = dict(model_config=MODEL, data_path=str(corpus), checkpoint_dir=str(ck), vocab_size=256, max_seq_len=32,
-               batch_size=4, gradient_accumulation_steps=1, max_steps=60, warmup_steps=5, lr=3e-3, grad_checkpoint=False,
-               save_every=10, log_every=1, eval_every=0, sample_tokens=0, keep_last=2, device="cpu", **kw)
+    cfg = {**dict(model_config=MODEL, data_path=str(corpus), checkpoint_dir=str(ck), vocab_size=256, max_seq_len=32,
+                  batch_size=4, gradient_accumulation_steps=1, max_steps=60, warmup_steps=5, lr=3e-3, grad_checkpoint=False,
+                  save_every=10, log_every=1, eval_every=0, sample_tokens=0, keep_last=2, device="cpu"), **kw}
     if fmt == "json": path.write_text(json.dumps(cfg))
     else:
         import yaml
@@ -82,7 +82,7 @@ def test_bad_config_file(tmp_path, corpus, capsys):
     bad = write_config(tmp_path / "bad.json", corpus, tmp_path / "ck", fmt="json", warmup=3, seeed=1)
     assert main(["--config", str(bad), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert f"--config {bad}: unknown TrainingConfig field(s): seeed, warmup" in err
+    assert f"--config {bad}: unknown TrainingConfig field(s): seeed, warmup (did you mean: seeed -> seed, warmup -> warmup_steps?)" in err
     (tmp_path / "broken.yaml").write_text("lr: [1, 2\n")
     assert main(["--config", str(tmp_path / "broken.yaml")]) == 2 and "not valid YAML" in capsys.readouterr().err
     assert main(["--config", str(tmp_path / "missing.yaml")]) == 2 and "not found" in capsys.readouterr().err
@@ -92,10 +92,11 @@ def test_dry_run_and_defaults(capsys, monkeypatch):
     assert main(["--dry-run"]) == 0                 # no CUDA here: the default is the tiny preset
     out = capsys.readouterr().out
     assert "preset: tiny" in out and "parameters" in out and "tokens per step: 1,024" in out
-    assert "memory per cpu (estimate)" in out and "time to the token budget" in out
+    assert "memory per CPU process (estimate)" in out and "time to the token budget" in out
     assert main(["--preset", "h200", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "433,662,400 parameters" in out and "65,536" in out and "16.777B tokens" in out
+    assert "memory per GPU" in out and "H200 (no GPU here)" in out
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)      # a CUDA machine, no arguments: a summary only
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
