@@ -180,8 +180,9 @@ def tune(inp, Q, dev, rep_ms):
     """Block/warp variants of the Triton path, ranked by GPU kernel time of one forward+backward (torch.profiler, immune
     to the host's launch jitter); each knob's alternative against the defaults, then the winners together."""
     base = dict(ts.TUNE)
-    alts = [dict(BC_dqdk=32, warps_dqdk=4), dict(BM_dqdk=128), dict(split_dqdk=False, BC_dqdk=32, warps_dqdk=4, BM_dqdk=128),
-            dict(split_dqdk=False), dict(BM_state=32), dict(warps_state=8), dict(warps_scan=8, warps_dx=8)]
+    alts = [dict(split_dqdk=True, BC_dqdk=32, warps_dqdk=4, BM_dqdk=64), dict(split_dqdk=True, BC_dqdk=64, warps_dqdk=8, BM_dqdk=64),
+            dict(BC_dqdk=64, warps_dqdk=8, BM_dqdk=64), dict(BM_dqdk=64), dict(BM_state=32), dict(warps_state=8),
+            dict(warps_scan=8, warps_dx=8)]
     rows = []
 
     def trial(label, cfg):
@@ -215,11 +216,11 @@ def measure_fwdbwd(method, inp, Q, dev, rep_ms):
     return bench_ms(lambda: torch.autograd.grad(fwd(), leaves, gy), dev, rep_ms)
 
 
-def profile_triton(inp, Q, iters=5, backward=True):
-    """GPU time per kernel of the Triton path's forward+backward (torch.profiler self device time, so nothing is
+def profile_triton(inp, Q, iters=5, backward=True, method="triton"):
+    """GPU time per kernel of a method's (default: the Triton path's) forward+backward (torch.profiler self device time, so nothing is
     counted twice), their sum per iteration, and the host wall time per iteration under the profiler."""
     from torch.profiler import ProfilerActivity, profile
-    fwd, leaves = build("triton", inp, Q)
+    fwd, leaves = build(method, inp, Q)
     gy = torch.randn_like(fwd())
     step = (lambda: torch.autograd.grad(fwd(), leaves, gy)) if backward else fwd
     for _ in range(3):
@@ -318,6 +319,9 @@ def main():
         for mth in ("pytorch_complex", "pytorch_real", "triton", "triton_kernels_only"):
             try:
                 r = measure(mth, inp, Q, dev, args.rep_ms)
+                if dev.type == "cuda":
+                    r["gpu_us_fwd"] = profile_triton(inp, Q, iters=3, backward=False, method=mth)["device_us_per_iter"]
+                    r["gpu_us_fwdbwd"] = profile_triton(inp, Q, iters=3, method=mth)["device_us_per_iter"]
             except torch.OutOfMemoryError as e:
                 r = {"name": mth, "error": "out of memory: " + str(e).splitlines()[0]}
             except Exception as e:
@@ -333,6 +337,9 @@ def main():
                 try:
                     r = measure(mth, inp, q, dev, max(50, args.rep_ms // 2))
                     r["method"] = r.pop("name")
+                    if dev.type == "cuda":                             # GPU kernel time: immune to launch jitter
+                        r["gpu_us_fwd"] = profile_triton(inp, q, iters=3, backward=False, method=mth)["device_us_per_iter"]
+                        r["gpu_us_fwdbwd"] = profile_triton(inp, q, iters=3, method=mth)["device_us_per_iter"]
                     with torch.no_grad():
                         y = build(mth, inp, q)[0]().float()
                     if mth == "pytorch_real":

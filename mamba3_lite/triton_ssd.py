@@ -683,8 +683,8 @@ if HAS_TRITON:
         tl.store(daim_ptr + pid, acc_im.to(tl.float32))
 
 # %% ../nbs/05_triton.ipynb #d28a61b2
-TUNE = dict(BC=64, BM_state=64, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4,
-            warps_dx=4, warps_dqdk=8, stages=2, BR_rot=64, split_dqdk=True, BC_dqdk=64)
+TUNE = dict(BC=64, BM_state=64, BD_state=64, BM_dqdk=128, BD_scan=64, warps_state=4, warps_scan=4,
+            warps_dx=4, warps_dqdk=4, stages=2, BR_rot=64, split_dqdk=False, BC_dqdk=32)
 
 def _cfg(Q, M, D):
     BC = min(TUNE["BC"], _block(Q))
