@@ -511,6 +511,6 @@ def from_pretrained(directory, map_location="cpu") -> Mamba3Transformer:
     d = Path(directory)
     kw = json.loads((d / "config.json").read_text())
     kw = {k: v for k, v in kw.items() if k not in ("model_type", "architectures")}
-    model = Mamba3Transformer(ModelConfig(**kw))
+    model = Mamba3Transformer(ModelConfig(**kw)).to(map_location)              # load_model copies into the params where they are
     load_model(model, str(d / "model.safetensors"), device=str(map_location))
     return model

@@ -281,6 +281,14 @@ def test_every_gradient_nonzero():
 class TestGPU:
     "bf16 kernels against the fp32 PyTorch reference on the GPU; max differences are printed (pytest -s)."
 
+    @pytest.fixture(autouse=True)
+    def _exact_fp32_reference(self):
+        "The fp32 references must not run on TF32 (a Pretrainer earlier in the same process turns it on globally)."
+        saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        yield
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
     @pytest.mark.parametrize("T,s0", [(300, True), (2048, False)])
     def test_bf16_parity(self, T, s0):
         """Outputs and gradients within 2-3% of the largest fp32 reference value. d Im A and ddt (the phase path) are
