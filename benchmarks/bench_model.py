@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from mamba3_lite.model import Mamba3Transformer, ModelConfig
+from common import cpu_name, sync                                             # benchmarks/common.py
 
 SMOKE_CONFIG = dict(vocab_size=512, d_model=128, n_layers=2, n_heads=4, head_dim=32, state_dim=16, chunk_size=32,
                     ffn_dim=256, max_seq_len=256)
@@ -41,20 +42,6 @@ def make_optimizers(model, lr=3e-4, weight_decay=0.1, fused=True):
     if cplx:
         opts.append(torch.optim.AdamW(cplx, lr=lr, betas=(0.9, 0.95), foreach=False))
     return opts
-
-
-def cpu_name() -> str:
-    "The CPU model from /proc/cpuinfo where there is one."
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def run_mode(cfg, mode, args, device):

@@ -23,6 +23,7 @@ import torch
 
 from mamba3_lite.chunkwise import ssd_complex_chunkwise, ssd_real_chunkwise
 from mamba3_lite.scan import ssd_naive_complex
+from common import cpu_name, sync                                             # benchmarks/common.py
 
 
 def make_inputs(B, T, H, D, N, device, seed=0):
@@ -51,20 +52,6 @@ def path_fns(chunk_size):
         return ssd_real_chunkwise(t["x"], t["A_re"], t["A_im"], t["B_re"], t["B_im"], t["C_re"], t["C_im"], t["dt"],
                                   chunk_size=chunk_size)
     return {"naive": naive, "complex_chunkwise": complex_chunkwise, "real_chunkwise": real_chunkwise}
-
-
-def cpu_name() -> str:
-    "The CPU model from /proc/cpuinfo where there is one."
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_ms(fn, device, warmup, repeats):
