@@ -276,6 +276,8 @@ class Mamba3Transformer(nn.Module):
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k=None, generator=None):
         "Prefill `idx` (B, T) with one chunked forward, then sample `max_new_tokens` by `step`; returns (B, T + max_new_tokens)."
+        if not temperature >= 0: raise ValueError(f"generate: temperature must be >= 0 (0 = greedy), got {temperature}")
+        if top_k is not None and top_k < 1: raise ValueError(f"generate: top_k must be None or >= 1, got {top_k}")
         was_training = self.training
         self.eval()
         try:

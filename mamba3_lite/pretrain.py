@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .model import ModelConfig, Mamba3Transformer
-from .data import PretrainDataset, batches, builtin_corpus, get_tokenizer
+from .data import PretrainDataset, ShardError, batches, builtin_corpus, get_tokenizer
 from .training import (TrainingConfig, ConfigError, CheckpointManager, CheckpointError, TrainingLogger, NanGuard,
                                   DistEnv, init_distributed, agree_any, all_mean, all_gather_object, build_optimizer,
                                   clip_grad_norm, lr_at, set_lr, scheduler_state, rng_state, set_rng_state, seed_everything,
@@ -68,6 +68,7 @@ class Pretrainer:
         self.data_path = resolve_data_path(cfg.data_path)
         self.train_ds = PretrainDataset(self.data_path, cfg.max_seq_len, cfg.vocab_size, split="train")
         try: self.val_ds = PretrainDataset(self.data_path, cfg.max_seq_len, cfg.vocab_size, split="val")
+        except ShardError: raise                          # a damaged val shard is an error, not "no validation"
         except ValueError as e: self.val_ds = None; self.echo(f"no validation split ({e}); eval is skipped")
         self.sampler = self.train_ds.sampler(cfg.batch_size, seed=cfg.seed, rank=self.env.rank, world_size=self.env.world_size)
         self._restart_batches()
@@ -427,10 +428,7 @@ ACT_FACTOR = {False: 1.6, True: 2.2}        # c above, by grad_checkpoint (calib
 
 def count_params(model_kwargs: dict) -> int:
     "Parameters of the model these kwargs build, counted on the meta device (no memory, no init cost)."
-    try:
-        with torch.device("meta"): m = Mamba3Transformer(ModelConfig(**model_kwargs))
-    except Exception:
-        m = Mamba3Transformer(ModelConfig(**model_kwargs))
+    with torch.device("meta"): m = Mamba3Transformer(ModelConfig(**model_kwargs))
     return sum(p.numel() for p in m.parameters())
 
 def estimate_memory(cfg: TrainingConfig, n_params: int, world_size: int = 1) -> dict:

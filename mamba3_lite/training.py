@@ -9,7 +9,7 @@ __all__ = ['ConfigError', 'TrainingConfig', 'lr_at', 'scheduler_state', 'MultiOp
            'plot_metrics', 'TrainingLogger', 'save_pretrained', 'from_pretrained']
 
 # %% ../nbs/07_training.ipynb #840623e8
-import dataclasses, hashlib, json, math, os, random, shutil, sys, time
+import dataclasses, hashlib, json, math, os, random, re, shutil, sys, time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .model import ModelConfig, Mamba3Transformer
+from .model import ModelConfig, Mamba3Transformer, _env_flag
 
 # %% ../nbs/07_training.ipynb #2c7a3bb4
 class ConfigError(ValueError):
@@ -116,7 +116,7 @@ class TrainingConfig:
         need(self.parallel in ("ddp", "fsdp"), "parallel", "'ddp' or 'fsdp'")
         need(bool(self.data_path), "data_path", "a path or 'builtin'")
         need(bool(self.checkpoint_dir), "checkpoint_dir", "a directory")
-        need(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"), "device", "'auto', 'cpu', 'cuda' or 'cuda:N'")
+        need(self.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", self.device) is not None, "device", "'auto', 'cpu', 'cuda' or 'cuda:N'")
         need(self.resume is None or bool(self.resume), "resume", "None, 'auto' or a checkpoint directory")
         known = {f.name for f in fields(ModelConfig)}
         unknown = sorted(set(self.model_config) - known)
@@ -192,8 +192,8 @@ def _coerce(name, typ, v):
 
 # %% ../nbs/07_training.ipynb #be6ec66d
 def _enforce_triton_env_var(cfg: TrainingConfig, stream=None) -> TrainingConfig:
-    "Set a Triton-dispatch config back to PyTorch (one warning line) unless ENABLE_TRITON_KERNELS=1."
-    if cfg.model_config.get("ssd_dispatch") == "triton" and os.environ.get("ENABLE_TRITON_KERNELS") != "1":
+    "Set a Triton-dispatch config back to PyTorch (one warning line) unless ENABLE_TRITON_KERNELS is on (the model's own test of the flag)."
+    if cfg.model_config.get("ssd_dispatch") == "triton" and not _env_flag("ENABLE_TRITON_KERNELS"):
         print('warning: ssd_dispatch="triton" needs ENABLE_TRITON_KERNELS=1 in the environment; using "pytorch"',
               file=stream or sys.stderr)
         cfg = dataclasses.replace(cfg, model_config={**cfg.model_config, "ssd_dispatch": "pytorch"})
@@ -341,6 +341,8 @@ class CheckpointManager:
         path = Path(path)
         try: marker = json.loads((path / "COMPLETE").read_text())
         except (OSError, json.JSONDecodeError) as e: raise CheckpointError(f"{path / 'COMPLETE'}: unreadable marker ({e})") from None
+        if not isinstance(marker, dict) or not {"bytes", "sha256"} <= marker.keys():
+            raise CheckpointError(f"{path / 'COMPLETE'}: not a checkpoint marker (needs 'bytes' and 'sha256')")
         f = path / marker.get("file", "state.pt")
         if not f.exists(): raise CheckpointError(f"{f}: missing")
         if f.stat().st_size != marker["bytes"]:
@@ -496,13 +498,20 @@ class TrainingLogger:
 
 # %% ../nbs/07_training.ipynb #73e4d6f2
 def save_pretrained(model: nn.Module, directory, model_kwargs: dict) -> Path:
-    "Write `model.safetensors` and `config.json` (the ModelConfig fields) into `directory`."
+    "Write `model.safetensors` and `config.json` (the ModelConfig fields) into `directory`, atomically: a temp folder, then a rename."
     from safetensors.torch import save_model
-    d = Path(directory); d.mkdir(parents=True, exist_ok=True)
-    model = getattr(model, "_orig_mod", model)
-    save_model(model, str(d / "model.safetensors"))
+    d = Path(directory); d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = d.with_name(f"{d.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir()
+    save_model(getattr(model, "_orig_mod", model), str(tmp / "model.safetensors"))
     cfg = {"model_type": "mamba3_lite", "architectures": ["Mamba3Transformer"], **model_kwargs}
-    (d / "config.json").write_text(json.dumps(cfg, indent=1))
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh: os.fsync(fh.fileno())
+    old = d.with_name(f"{d.name}.old-{os.getpid()}")
+    if d.exists(): os.replace(d, old)                       # a directory can't be replaced in one step: move it aside
+    os.replace(tmp, d)
+    shutil.rmtree(old, ignore_errors=True)
     return d
 
 def from_pretrained(directory, map_location="cpu") -> Mamba3Transformer:
@@ -512,5 +521,6 @@ def from_pretrained(directory, map_location="cpu") -> Mamba3Transformer:
     kw = json.loads((d / "config.json").read_text())
     kw = {k: v for k, v in kw.items() if k not in ("model_type", "architectures")}
     model = Mamba3Transformer(ModelConfig(**kw)).to(map_location)              # load_model copies into the params where they are
-    load_model(model, str(d / "model.safetensors"), device=str(map_location))
+    try: load_model(model, str(d / "model.safetensors"), device=str(map_location))
+    except Exception as e: raise ValueError(f"{d / 'model.safetensors'}: cannot be loaded ({type(e).__name__}: {e})") from None
     return model

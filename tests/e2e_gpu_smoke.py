@@ -78,8 +78,9 @@ def test_5_triton_matches_pytorch(monkeypatch):
         gd = max(((a.grad - b.grad).abs().max() / (a.grad.abs().max() + 1e-12)).item()
                  for a, b in zip(ref.parameters(), tri.parameters()) if a.grad is not None)
         print(f"{name}: logits max|diff| {d:.3e} (scale {scale:.2f}); grads max relative diff {gd:.3e}")
-        tol = 2e-3 if name == "fp32" else 3e-2
-        assert d <= tol * scale and gd <= (1e-2 if name == "fp32" else 1e-1), (name, d, gd)
+        # measured on the H200: fp32 1.1e-6 (logits) / 1.8e-6 (grads); bf16 9.8e-3 / 1.6e-2 (d Im A is ill-conditioned in bf16)
+        tol, gtol = (1e-4, 1e-4) if name == "fp32" else (3e-2, 5e-2)
+        assert d <= tol * scale and gd <= gtol, (name, d, gd)
         ref.zero_grad(); tri.zero_grad()
 
 

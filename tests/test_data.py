@@ -602,12 +602,25 @@ def test_dataloader_compatible(stream_dir):
 
 # ---------------------------------------------------------------------------------------------- sampler
 
+def _reference_order(n, seed, epoch):
+    "SplitMix64's finaliser on Python ints (independent of numpy's uint64 arithmetic), then a stable sort by key."
+    mask = 2**64 - 1
+    def mix(z):
+        z = (z + 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+    key = mix(mix(seed) ^ epoch)
+    return sorted(range(n), key=lambda i: mix(i ^ key))
+
+
 def test_order_is_a_fixed_permutation():
     o = shuffled_order(1000, 42, 3)
     assert np.array_equal(np.sort(o), np.arange(1000)) and o.dtype == np.int64
     assert np.array_equal(shuffled_order(1000, 42, 3), o)
     assert not np.array_equal(shuffled_order(1000, 42, 4), o) and not np.array_equal(shuffled_order(1000, 43, 3), o)
-    assert shuffled_order(10, 0, 0).tolist() == [0, 9, 1, 6, 3, 5, 4, 2, 8, 7]
+    for n, seed, epoch in [(10, 0, 0), (37, 2**63 + 5, 7)]:   # against SplitMix64 written in plain Python ints
+        assert shuffled_order(n, seed, epoch).tolist() == _reference_order(n, seed, epoch)
     assert shuffled_order(1, 2**64 - 1, 10**6).tolist() == [0] and shuffled_order(0, 0, 0).tolist() == []
 
 

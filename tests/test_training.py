@@ -173,3 +173,29 @@ def test_two_ranks_equal_one_rank(tmp_path, parallel, one_rank_run):
 @pytest.fixture(scope="module")
 def one_rank_run(tmp_path_factory):
     return _run_cli(tmp_path_factory.mktemp("one"), "one", 1, ["--batch_size", "4"])
+
+
+def test_damaged_val_shard_is_an_error_naming_it(tmp_path):
+    "A truncated validation shard stops the run with the file's name; it must not quietly turn evaluation off."
+    from mamba3_lite.data import ShardError
+    cfg = tiny_cfg(tmp_path)
+    val = Path(cfg.data_path) / "val_000000.bin"
+    val.write_bytes(val.read_bytes()[:-10])
+    with pytest.raises(ShardError, match="val_000000.bin"):
+        Pretrainer(cfg)
+
+
+def test_final_export_is_atomic_and_load_errors_name_the_file(tmp_path):
+    from mamba3_lite.model import Mamba3Transformer, ModelConfig
+    from mamba3_lite.training import save_pretrained
+    kw = dict(MODEL, vocab_size=256)
+    model = Mamba3Transformer(ModelConfig(**kw))
+    d = save_pretrained(model, tmp_path / "final", kw)
+    save_pretrained(model, d, kw)                                       # over an existing export: replaced whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]      # no temp or old folders left behind
+    m = from_pretrained(d)
+    for (k, p), q in zip(model.state_dict().items(), m.state_dict().values()): assert torch.equal(p, q), k
+    f = d / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:100])
+    with pytest.raises(ValueError, match="model.safetensors"):
+        from_pretrained(d)
