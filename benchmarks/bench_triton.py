@@ -36,7 +36,7 @@ if SMOKE and not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")                     # before the kernels are defined
 
 import mamba3_lite.triton_ssd as ts
-from mamba3_lite.chunkwise import ssd_complex_chunkwise, ssd_real_chunkwise, chunk_log_decays_and_phases, rotate_bc
+from mamba3_lite.chunkwise import ssd_complex_chunkwise, ssd_real_chunkwise, real_ssd_chunked, chunk_log_decays_and_phases, rotate_bc
 
 
 def log(*a):
@@ -137,19 +137,10 @@ def rel_maxdiff(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
 
 
-def ssd_real_rounded_qk(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_size=64, initial_state=None):
-    "The fp32 PyTorch real path with only the rotated q, k rounded to bf16 (straight through): the bf16 band."
-    from mamba3_lite.chunkwise import (_pad_time, complex_state_from_real, real_ssd_chunked, real_state_from_complex)
-    Bsz, T, H, D = x.shape
-    Q = chunk_size
-    alpha, theta, theta_end = chunk_log_decays_and_phases(dt, A_re, A_im, Q)
-    nc, pad = alpha.shape[1], alpha.shape[1] * Q - T
-    ch = [_pad_time(t.float(), pad).reshape(Bsz, nc, Q, H, -1) for t in (B_re, B_im, C_re, C_im, x)]
-    q, k = rotate_bc(*ch[:4], theta)
+def qk_rounded_core(q, k, xc, alpha, S0):
+    "`real_ssd_chunked` with only the rotated q, k rounded to bf16 (straight through): the fp32 path's bf16 band."
     q, k = (t + (t.bfloat16().float() - t).detach() for t in (q, k))
-    S0 = None if initial_state is None else real_state_from_complex(initial_state)
-    y, S = real_ssd_chunked(q, k, ch[4], alpha, S0)
-    return y.reshape(Bsz, nc * Q, H, D)[:, :T], complex_state_from_real(S, theta_end)
+    return real_ssd_chunked(q, k, xc, alpha, S0)
 
 
 def parity(inp, Q):
@@ -164,7 +155,7 @@ def parity(inp, Q):
     s0r, s0n = (s0.detach().clone().requires_grad_() for _ in range(2))
     y, sf = ts.ssd_real_chunkwise_triton(*bf, chunk_size=Q, initial_state=s0, return_final_state=True)
     yr, sfr = ssd_real_chunkwise(*fp, chunk_size=Q, initial_state=s0r, return_final_state=True)
-    yn, sfn = ssd_real_rounded_qk(*rn, chunk_size=Q, initial_state=s0n)
+    yn, sfn = ssd_real_chunkwise(*rn, chunk_size=Q, initial_state=s0n, return_final_state=True, core=qk_rounded_core)
     out = {"y": rel_maxdiff(y, yr), "final_state": rel_maxdiff(sf, sfr), "y_finite": bool(torch.isfinite(y).all())}
     gy, gs = torch.randn_like(yr), torch.randn_like(sfr)
     g = torch.autograd.grad((y.float() * gy).sum() + (sf * gs.conj()).real.sum(), bf + [s0])

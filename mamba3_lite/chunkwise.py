@@ -147,12 +147,13 @@ def real_ssd_chunked(q, k, xc, alpha, S0=None):
 
 # %% ../nbs/02_chunkwise.ipynb #8bc145fc
 def ssd_real_chunkwise(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_size=64,
-                       initial_state=None, return_final_state=False):
+                       initial_state=None, return_final_state=False, core=real_ssd_chunked):
     """The model's hot path: the complex SSD computed with real tensors only (state 2N, rotated B and C), in fp32.
     x (B,T,H,D); A_re, A_im (H,); B_re, B_im, C_re, C_im (B,T,H,N); dt (B,T,H); initial_state complex (B,H,N,D) or None.
-    Returns y (B,T,H,D) in x's dtype (= `ssd_complex_chunkwise`) and, if asked, the final complex state (B,H,N,D)."""
+    Returns y (B,T,H,D) in x's dtype (= `ssd_complex_chunkwise`) and, if asked, the final complex state (B,H,N,D).
+    `core` is the chunked scan on (q, k, x, alpha, S0): `real_ssd_chunked`, or a variant under study."""
     Bsz, T, H, D = x.shape
-    N, Q = B_re.shape[-1], chunk_size
+    Q = chunk_size
     pad = (-T) % Q
     nc = (T + pad) // Q
     with torch.autocast(device_type=x.device.type, enabled=False):
@@ -160,6 +161,6 @@ def ssd_real_chunkwise(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_size=64,
         chunked = [_pad_time(t.float(), pad).reshape(Bsz, nc, Q, H, -1) for t in (B_re, B_im, C_re, C_im, x)]
         q, k = rotate_bc(*chunked[:4], theta)                                        # (B, c, Q, H, 2N)
         S0 = None if initial_state is None else real_state_from_complex(initial_state)
-        y, S = real_ssd_chunked(q, k, chunked[4], alpha, S0)
+        y, S = core(q, k, chunked[4], alpha, S0)
         y = y.reshape(Bsz, nc * Q, H, D)[:, :T].to(x.dtype)
     return (y, complex_state_from_real(S, theta_end)) if return_final_state else y

@@ -79,20 +79,10 @@ def _ssd_inputs(Bsz=2, T=70, H=2, N=8, D=16, s0=True, im_scale=3.0, seed=0, devi
     return ins, (init.to(device).requires_grad_() if s0 else None)
 
 
-def _ssd_real_rounded_qk(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_size=64, initial_state=None):
-    "`ssd_real_chunkwise` in fp32 except that the rotated q, k are rounded to bf16 (straight through): the bf16 band."
-    from mamba3_lite.chunkwise import (_pad_time, chunk_log_decays_and_phases, complex_state_from_real,
-                                       real_state_from_complex, rotate_bc)
-    Bsz, T, H, D = x.shape
-    Q = chunk_size
-    alpha, theta, theta_end = chunk_log_decays_and_phases(dt, A_re, A_im, Q)
-    nc, pad = alpha.shape[1], alpha.shape[1] * Q - T
-    ch = [_pad_time(t.float(), pad).reshape(Bsz, nc, Q, H, -1) for t in (B_re, B_im, C_re, C_im, x)]
-    q, k = rotate_bc(*ch[:4], theta)
+def _qk_rounded_core(q, k, xc, alpha, S0):
+    "`real_ssd_chunked` with only the rotated q, k rounded to bf16 (straight through): the fp32 path's bf16 band."
     q, k = (t + (t.bfloat16().float() - t).detach() for t in (q, k))
-    S0 = None if initial_state is None else real_state_from_complex(initial_state)
-    y, S = real_ssd_chunked(q, k, ch[4], alpha, S0)
-    return y.reshape(Bsz, nc * Q, H, D)[:, :T], complex_state_from_real(S, theta_end)
+    return real_ssd_chunked(q, k, xc, alpha, S0)
 
 
 # ---------------------------------------------------------------------------------------------------- no triton
@@ -301,7 +291,7 @@ class TestGPU:
         rnd_init = None if init is None else init.detach().clone().requires_grad_()
         out = ts.ssd_real_chunkwise_triton(*ins, chunk_size=64, initial_state=init, return_final_state=True)
         ref = ssd_real_chunkwise(*ref_ins, chunk_size=64, initial_state=ref_init, return_final_state=True)
-        rnd = _ssd_real_rounded_qk(*rnd_ins, chunk_size=64, initial_state=rnd_init)
+        rnd = ssd_real_chunkwise(*rnd_ins, chunk_size=64, initial_state=rnd_init, return_final_state=True, core=_qk_rounded_core)
         assert out[0].dtype == torch.bfloat16
         assert_close(out[0].float(), ref[0], rtol=2e-2, name=f"bf16 y T={T}")
         assert_close(_flat(out[1]), _flat(ref[1]), rtol=2e-2, name=f"bf16 final state T={T}")
