@@ -6,7 +6,7 @@ bf16 autocast, eager and/or torch.compile. Prints JSON.
     python benchmarks/bench_model.py --modes eager --grad-checkpoint
     python benchmarks/bench_model.py --smoke                            # CPU: a small config, a few steps
 
-Optimisers as in training: fused AdamW (betas 0.9/0.95, wd 0.1 on matrices, 0 on norms) for the real parameters,
+The trainer's optimisers (`training.build_optimizer`): fused AdamW on CUDA (betas 0.9/0.95, wd 0.1 on matrices, 0 on norms) for the real parameters,
 and a separate plain AdamW for the complex A_log parameters (fused AdamW rejects complex tensors), via
 `Mamba3Transformer.param_groups`. Random token ids stand in for data. A mode that runs out of memory is
 reported as such and the next mode still runs.
@@ -26,22 +26,12 @@ import torch
 import torch.nn.functional as F
 
 from mamba3_lite.model import Mamba3Transformer, ModelConfig
+from mamba3_lite.training import TrainingConfig, build_optimizer
 from common import cpu_name, sync                                             # benchmarks/common.py
 
 SMOKE_CONFIG = dict(vocab_size=512, d_model=128, n_layers=2, n_heads=4, head_dim=32, state_dim=16, chunk_size=32,
                     ffn_dim=256, max_seq_len=256)
 H200_BF16_DENSE_FLOPS = 989e12          # datasheet, dense bf16 (GUIDE §5)
-
-
-def make_optimizers(model, lr=3e-4, weight_decay=0.1, fused=True):
-    "Fused AdamW over the real groups, plain AdamW over the complex group."
-    groups = model.param_groups(weight_decay)
-    real = [g for g in groups if g["name"] != "complex"]
-    cplx = [g for g in groups if g["name"] == "complex"]
-    opts = [torch.optim.AdamW(real, lr=lr, betas=(0.9, 0.95), fused=fused)]
-    if cplx:
-        opts.append(torch.optim.AdamW(cplx, lr=lr, betas=(0.9, 0.95), foreach=False))
-    return opts
 
 
 def run_mode(cfg, mode, args, device):
@@ -51,7 +41,7 @@ def run_mode(cfg, mode, args, device):
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     fwd = torch.compile(model) if mode == "compile" else model
-    opts = make_optimizers(model, fused=device.type in ("cuda", "cpu"))
+    opt = build_optimizer(model, TrainingConfig(), fused=device.type == "cuda")   # the trainer's AdamW pair
     params = [p for p in model.parameters()]
     B, T, V = args.batch, args.seq, cfg.vocab_size
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -65,10 +55,8 @@ def run_mode(cfg, mode, args, device):
             loss = F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
-        for o in opts:
-            o.step()
-        for o in opts:
-            o.zero_grad(set_to_none=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
         return loss
 
     t0 = time.perf_counter()
@@ -97,7 +85,7 @@ def run_mode(cfg, mode, args, device):
         res["peak_mem_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
         res["peak_mem_reserved_gib"] = round(torch.cuda.max_memory_reserved(device) / 2 ** 30, 2)
         res["mfu_vs_989TF"] = round(6 * n_params * tok_s / H200_BF16_DENSE_FLOPS, 4)
-    del model, fwd, opts, params, batches
+    del model, fwd, opt, params, batches
     return res
 
 
