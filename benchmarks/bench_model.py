@@ -1,37 +1,34 @@
 #!/usr/bin/env python
 """Training-step throughput of the model: tokens/s and peak memory for forward + backward + clip + AdamW under
-bf16 autocast, eager and/or torch.compile. Prints JSON.
+bf16 autocast, eager and/or torch.compile. Prints JSON (benchmarks/common.py's format: command, date, machine).
 
     python benchmarks/bench_model.py --modes eager,compile              # CUDA: default 433.7M model, B=16, T=2048
     python benchmarks/bench_model.py --modes eager --grad-checkpoint
     python benchmarks/bench_model.py --smoke                            # CPU: a small config, a few steps
 
-The trainer's optimisers (`training.build_optimizer`): fused AdamW on CUDA (betas 0.9/0.95, wd 0.1 on matrices, 0 on norms) for the real parameters,
-and a separate plain AdamW for the complex A_log parameters (fused AdamW rejects complex tensors), via
-`Mamba3Transformer.param_groups`. Random token ids stand in for data. A mode that runs out of memory is
-reported as such and the next mode still runs.
+The trainer's pieces (`mamba3_lite.train.optim`): `build_optimizer`, one AdamW over every parameter (A is two real
+fp32 parameters per block), fused on CUDA, betas 0.9/0.95, wd 0.1 on matrices, 0 on the rest, via
+`Mamba3Transformer.param_groups`; and `clip_grad_norm` at 1.0. Random token ids stand in for data. A mode that runs
+out of memory is reported as such and the next mode still runs.
 """
 import argparse
 import gc
-import json
+import itertools
 import math
-import os
-import platform
 import sys
 import time
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # run from a checkout, no install
 
 import torch
 import torch.nn.functional as F
 
 from mamba3_lite.model import Mamba3Transformer, ModelConfig
-from mamba3_lite.training import TrainingConfig, build_optimizer
-from common import cpu_name, sync                                             # benchmarks/common.py
+from mamba3_lite.train.config import TrainingConfig
+from mamba3_lite.train.metrics import PEAK_BF16_FLOPS
+from mamba3_lite.train.optim import build_optimizer, clip_grad_norm
+from common import emit, peak_memory_gib, sync, time_fn                       # benchmarks/common.py
 
 SMOKE_CONFIG = dict(vocab_size=512, d_model=128, n_layers=2, n_heads=4, head_dim=32, state_dim=16, chunk_size=32,
                     ffn_dim=256, max_seq_len=256)
-H200_BF16_DENSE_FLOPS = 989e12          # datasheet, dense bf16 (GUIDE §5)
 
 
 def run_mode(cfg, mode, args, device):
@@ -41,50 +38,46 @@ def run_mode(cfg, mode, args, device):
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     fwd = torch.compile(model) if mode == "compile" else model
-    opt = build_optimizer(model, TrainingConfig(), fused=device.type == "cuda")   # the trainer's AdamW pair
-    params = [p for p in model.parameters()]
+    opt = build_optimizer(model, TrainingConfig())                           # the trainer's AdamW (fused on CUDA)
+    params = list(model.parameters())
     B, T, V = args.batch, args.seq, cfg.vocab_size
     g = torch.Generator(device="cpu").manual_seed(0)
-    batches = [torch.randint(0, V, (B, T + 1), generator=g).to(device) for _ in range(2)]
+    batches = itertools.cycle([torch.randint(0, V, (B, T + 1), generator=g).to(device) for _ in range(2)])
     autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+    losses = []
 
-    def train_step(i):
-        tokens = batches[i % len(batches)]
+    def train_step():
+        tokens = next(batches)
         with autocast:
             logits = fwd(tokens[:, :-1])                                     # (B, T, V) fp32
             loss = F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        clip_grad_norm(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss
+        losses.append(loss.detach())
 
     t0 = time.perf_counter()
-    for i in range(args.warmup):                                             # compiles here in 'compile' mode
-        train_step(i).item()
+    for _ in range(args.warmup):                                             # compiles here in 'compile' mode
+        train_step()
     sync(device)
     warmup_s = time.perf_counter() - t0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    losses, times = [], []
-    for i in range(args.steps):
-        t1 = time.perf_counter()
-        loss = train_step(i)
-        sync(device)
-        times.append(time.perf_counter() - t1)
-        losses.append(loss.item())
-    step_s = sorted(times)[len(times) // 2]                                  # median
-    tok_s = B * T / step_s
+    del losses[:]
+    timing = time_fn(train_step, device, warmup=0, iters=args.steps)
+    losses = [l.item() for l in losses]
+    tok_s = B * T / timing["median_s"]
     res = {"mode": mode, "params": n_params, "batch": B, "seq": T, "tokens_per_step": B * T,
-           "step_ms_median": round(step_s * 1e3, 2), "step_ms_all": [round(t * 1e3, 2) for t in times],
+           "step_ms_median": round(timing["median_s"] * 1e3, 2), "step_ms_min": round(timing["min_s"] * 1e3, 2),
            "tokens_per_s": round(tok_s, 1), "warmup_steps": args.warmup, "warmup_s": round(warmup_s, 2),
            "loss_first_last": [round(losses[0], 4), round(losses[-1], 4)] if losses else None,
            "loss_finite": all(math.isfinite(l) for l in losses)}
-    res["model_tflops_per_s"] = round(6 * n_params * tok_s / 1e12, 2)        # 6 N FLOPs per token (GUIDE §5)
+    res["model_tflops_per_s"] = round(6 * n_params * tok_s / 1e12, 2)        # 6 N FLOPs per token (measured on one H200, 2026-12-01)
     if device.type == "cuda":
-        res["peak_mem_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
+        res["peak_mem_allocated_gib"] = peak_memory_gib(device)
         res["peak_mem_reserved_gib"] = round(torch.cuda.max_memory_reserved(device) / 2 ** 30, 2)
-        res["mfu_vs_989TF"] = round(6 * n_params * tok_s / H200_BF16_DENSE_FLOPS, 4)
+        res["mfu_vs_989TF"] = round(6 * n_params * tok_s / PEAK_BF16_FLOPS["H200"], 4)
     del model, fwd, opt, params, batches
     return res
 
@@ -102,6 +95,7 @@ def main(argv=None):
     p.add_argument("--grad-checkpoint", action="store_true")
     p.add_argument("--tf32", action="store_true", help="allow TF32 for the fp32 matmuls (the SSD's einsums run in fp32)")
     p.add_argument("--smoke", action="store_true", help="small config, few steps: checks the script on a CPU")
+    p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
@@ -116,27 +110,20 @@ def main(argv=None):
     modes = ["compile"] if args.compile and args.modes is None else (args.modes or "eager").split(",")
     cfg = ModelConfig(**{**(SMOKE_CONFIG if args.smoke else {}), "grad_checkpoint": args.grad_checkpoint})
 
-    report = {
-        "benchmark": "train_step",
-        "command": "python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
-        "machine": {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
-                    "cpu_count": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()},
-        "config": cfg.to_dict(), "dtype": args.dtype, "smoke": args.smoke, "tf32": args.tf32,
-        "step": "forward + cross-entropy + backward + clip_grad_norm(1.0) + fused AdamW (real) + AdamW (complex A)",
-        "results": [],
-    }
+    results = []
     for mode in modes:
         try:
             res = run_mode(cfg, mode, args, device)
         except torch.OutOfMemoryError as e:
             res = {"mode": mode, "error": "out of memory", "detail": str(e).splitlines()[0]}
-        report["results"].append(res)
+        results.append(res)
         print(f"# {mode}: {res}", file=sys.stderr, flush=True)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    print(json.dumps(report, indent=1))
-    return report
+    return emit(results, device=device, out=args.out, benchmark="train_step", config=cfg.to_dict(), dtype=args.dtype,
+                smoke=args.smoke, tf32=args.tf32,
+                step="forward + cross-entropy + backward + clip_grad_norm(1.0) + AdamW (one, fused on CUDA)")
 
 
 if __name__ == "__main__":

@@ -8,22 +8,17 @@ real-arithmetic chunkwise path the model runs on (chapter 02); forward and forwa
 The naive scan is a Python loop over T (one step per token, and its backward holds every step's state). It is
 timed once, without warm-up, at --naive-seq (default: T on CUDA, min(T, 256) on CPU, where T=2048 takes minutes);
 the JSON gives that T and a linear extrapolation to the full T, labelled as such. `--naive-seq 0` skips it.
+Timing is benchmarks/common.py's `time_fn` (median and min of synchronised wall times); the JSON is its `emit` format.
 """
 import argparse
-import json
 import os
-import platform
-import statistics
 import sys
-import time
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))   # run from a checkout, no install
 
 import torch
 
-from mamba3_lite.chunkwise import ssd_complex_chunkwise, ssd_real_chunkwise
-from mamba3_lite.scan import ssd_naive_complex
-from common import cpu_name, sync                                             # benchmarks/common.py
+from mamba3_lite.ssd.chunk import ssd_complex_chunkwise, ssd_real_chunkwise
+from mamba3_lite.ssd.naive import ssd_naive_complex
+from common import emit, time_fn                                              # benchmarks/common.py
 
 
 def make_inputs(B, T, H, D, N, device, seed=0):
@@ -54,20 +49,6 @@ def path_fns(chunk_size):
     return {"naive": naive, "complex_chunkwise": complex_chunkwise, "real_chunkwise": real_chunkwise}
 
 
-def time_ms(fn, device, warmup, repeats):
-    "Median wall time of fn() in ms (synchronised on CUDA) and the list of all times."
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), times
-
-
 def bench_path(fn, inputs, device, warmup, repeats):
     gy = torch.randn_like(fn(inputs).detach())
 
@@ -85,9 +66,9 @@ def bench_path(fn, inputs, device, warmup, repeats):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
-        med, times = time_ms(f, device, warmup, repeats)
-        out[f"{name}_ms"] = round(med, 3)
-        out[f"{name}_ms_all"] = [round(t, 3) for t in times]
+        t = time_fn(f, device, warmup=warmup, iters=repeats)
+        out[f"{name}_ms"] = round(t["median_s"] * 1e3, 3)
+        out[f"{name}_ms_min"] = round(t["min_s"] * 1e3, 3)
         if device.type == "cuda":
             out[f"{name}_peak_extra_mib"] = round((torch.cuda.max_memory_allocated(device) - base) / 2 ** 20, 1)
     return out
@@ -106,6 +87,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=None, help="default: 3 on CPU, 10 on CUDA")
     p.add_argument("--naive-seq", type=int, default=None, help="T for the naive scan (timed once); default T on CUDA, min(T, 256) on CPU; 0 skips it")
     p.add_argument("--paths", default="naive,complex_chunkwise,real_chunkwise")
+    p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
     device = torch.device(args.device)
@@ -117,14 +99,10 @@ def main(argv=None):
     fns = path_fns(Q)
 
     report = {
-        "benchmark": "ssd_paths",
-        "command": "python " + " ".join([os.path.relpath(__file__)] + (sys.argv[1:] if argv is None else list(argv))),
-        "machine": {"device": torch.cuda.get_device_name(device) if cuda else cpu_name(),
-                    "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "python": platform.python_version(),
-                    "loadavg_1m_at_start": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None},
         "shape": dict(B=B, T=T, H=H, D=D, N=N, chunk=Q, dtype="float32 in, fp32/complex64 inside"),
         "timing": f"median of {repeats} after {warmup} warm-up (naive: 1 run, no warm-up)",
+        "cpu_count": os.cpu_count(),
+        "loadavg_1m_at_start": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "results": {},
     }
     inputs = make_inputs(B, T, H, D, N, device)
@@ -152,8 +130,8 @@ def main(argv=None):
     if "complex_chunkwise" in r and "real_chunkwise" in r:
         report["speedup_real_over_complex"] = {k: round(r["complex_chunkwise"][f"{k}_ms"] / r["real_chunkwise"][f"{k}_ms"], 2)
                                                for k in ("fwd", "fwd_bwd")}
-    print(json.dumps(report, indent=1))
-    return report
+    results = report.pop("results")
+    return emit(results, device=device, out=args.out, benchmark="ssd_paths", **report)
 
 
 if __name__ == "__main__":

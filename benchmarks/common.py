@@ -1,5 +1,15 @@
-"Small helpers the benchmark scripts share (each script runs from a checkout: `python benchmarks/NAME.py`)."
+"""What every benchmark script shares: a description of the machine, an honest timer, and one JSON result format.
+
+Benchmarks run against the installed package (`pip install -e .`), from a checkout: `python benchmarks/NAME.py ...`
+(Python puts this folder on `sys.path`, so `from common import ...` needs no path edits).
+"""
+import datetime
+import json
 import platform
+import shlex
+import sys
+import time
+from pathlib import Path
 
 import torch
 
@@ -13,7 +23,57 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
+def machine(device: torch.device | None = None) -> dict:
+    "What a figure was measured on: GPU (or CPU) model, torch/triton/python versions, core count."
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    out = {"cpu": cpu_name(), "cpu_threads": torch.get_num_threads(), "python": platform.python_version(),
+           "torch": torch.__version__, "triton": triton_version}
+    if device is not None and device.type == "cuda":
+        out.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda,
+                   gpu_memory_gib=round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1))
+    return out
+
+
 def sync(device):
     "Wait for the device's queued work, so that wall-clock timings are honest."
-    if device.type == "cuda":
+    if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def time_fn(fn, device, warmup: int = 3, iters: int = 10) -> dict:
+    "Median and min seconds per call of `fn()` after `warmup` calls; the device is synchronised around every call."
+    device = torch.device(device)
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return {"median_s": times[len(times) // 2], "min_s": times[0], "iters": iters}
+
+
+def peak_memory_gib(device) -> float | None:
+    "Peak allocated CUDA memory since the last reset, in GiB (None on a CPU)."
+    device = torch.device(device)
+    return round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None
+
+
+def emit(results, device=None, out: str | None = None, **extra) -> dict:
+    "Wrap `results` with machine, command and date, print it as JSON, and write it to `out` if given."
+    record = {"command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "machine": machine(torch.device(device) if device is not None else None), **extra, "results": results}
+    text = json.dumps(record, indent=1)
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
+    return record

@@ -1,4 +1,4 @@
-"""Tests for mamba3_lite.data (chapter 06): what the notebook can't test well.
+"""Tests for mamba3_lite.data (chapter 06, notebooks 06a-06g): what the notebooks can't test well.
 
 Every bad input, byte-identical output, interrupted runs, sampler resume and DDP sharding, the CLI
 through a subprocess, and the package from an installed location. No test times anything.
@@ -10,12 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-import mamba3_lite.data as D
-from mamba3_lite.data import (EOT_ID, GPT2_VOCAB_SIZE, PretrainDataset, ResumableSampler, ShardError, batches,
-                              builtin_corpus, get_tokenizer, main, prepare, read_shard, shard_info, shuffled_order,
-                              write_shard)
+import mamba3_lite.data.corpus as C
+import mamba3_lite.data.prepare as P
+import mamba3_lite.data.sources as S
+import mamba3_lite.data.tokenizer as TK
+from mamba3_lite.data.__main__ import main
+from mamba3_lite.data.corpus import BUILTIN_CORPUS_FILE, builtin_corpus
+from mamba3_lite.data.loader import PretrainDataset, ResumableSampler, batches, shuffled_order
+from mamba3_lite.data.prepare import prepare
+from mamba3_lite.data.shards import ShardError, read_shard, shard_info, write_shard
+from mamba3_lite.data.tokenizer import EOT_ID, GPT2_VOCAB_SIZE, assets_dir, get_tokenizer, load_ranks
 
-REPO = Path(D.__file__).resolve().parents[1]
+REPO = Path(TK.__file__).resolve().parents[2]
 
 
 def _env(**extra) -> dict:
@@ -39,7 +45,7 @@ def _tree(folder: Path) -> dict:
 
 @pytest.fixture(scope="session")
 def works() -> list[dict]:
-    with lzma.open(D._assets_dir() / D.BUILTIN_CORPUS_FILE, "rt", encoding="utf-8") as f:
+    with lzma.open(assets_dir() / BUILTIN_CORPUS_FILE, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
@@ -100,9 +106,9 @@ def test_tokenizer_round_trips_random_unicode():
 
 def test_rank_file_checksum_is_enforced(tmp_path):
     bad = tmp_path / "gpt2.tiktoken"
-    bad.write_bytes((D._assets_dir() / "gpt2.tiktoken").read_bytes().replace(b" 0\n", b" 1\n", 1))
+    bad.write_bytes((assets_dir() / "gpt2.tiktoken").read_bytes().replace(b" 0\n", b" 1\n", 1))
     with pytest.raises(ValueError, match="not the GPT-2 rank file"):
-        D._load_ranks(bad)
+        load_ranks(bad)
 
 
 # ---------------------------------------------------------------------------------------------- shards
@@ -214,8 +220,8 @@ def test_prepare_is_byte_identical(inputs, tmp_path, monkeypatch):
     prepare([inputs], tmp_path / "w1", workers=1, **kw)
     prepare([inputs], tmp_path / "w1_again", workers=0, **kw)
     prepare([inputs], tmp_path / "w2", workers=2, **kw)
-    monkeypatch.setattr(D, "_PIECE_CHARS", 4000)      # much smaller pieces and tasks: hundreds of cuts, same tokens
-    monkeypatch.setattr(D, "_TASK_CHARS", 20_000)
+    monkeypatch.setattr(P, "_PIECE_CHARS", 4000)      # much smaller pieces and tasks: hundreds of cuts, same tokens
+    monkeypatch.setattr(P, "_TASK_CHARS", 20_000)
     prepare([inputs], tmp_path / "w3_small_pieces", workers=3, **kw)
     ref = _tree(tmp_path / "w1")
     assert len(ref) > 3
@@ -297,7 +303,7 @@ def test_prepare_output_folder_rules(inputs, tmp_path):
 
 def test_hf_fails_fast_here(tmp_path):
     "This machine is offline and has no `datasets`: an hf: input fails at once, through the API and the CLI."
-    if D._hub_problem(timeout=2) is None:
+    if S.hub_problem(timeout=2) is None:
         pytest.skip("the Hugging Face Hub is reachable from here")
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match=r"^hf:roneneldan/TinyStories: cannot stream a Hugging Face dataset"):
@@ -354,7 +360,7 @@ def test_hf_silent_endpoint_times_out(fake_datasets, monkeypatch, tmp_path):
             except OSError: pass
     t = threading.Thread(target=accept, daemon=True); t.start()
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
-    monkeypatch.setattr(D, "HF_PROBE_TIMEOUT", 0.5)
+    monkeypatch.setattr(S, "HF_PROBE_TIMEOUT", 0.5)
     try:
         t0 = time.monotonic()
         with pytest.raises(RuntimeError, match=r"no answer from|cannot reach"):
@@ -375,8 +381,8 @@ def test_hf_reachable_hub_passes_the_check(fake_datasets, monkeypatch):
     t = threading.Thread(target=httpd.serve_forever, daemon=True); t.start()
     try:
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{httpd.server_port}")
-        assert D._hub_problem(timeout=5) is None
-        assert D._resolve_inputs(["hf:user/name:cfg"]) == [dict(spec="hf:user/name:cfg", kind="hf", name="user/name", config="cfg")]
+        assert S.hub_problem(timeout=5) is None
+        assert S.resolve_inputs(["hf:user/name:cfg"]) == [dict(spec="hf:user/name:cfg", kind="hf", name="user/name", config="cfg")]
     finally:
         httpd.shutdown(); httpd.server_close()
 
@@ -384,12 +390,12 @@ def test_hf_reachable_hub_passes_the_check(fake_datasets, monkeypatch):
 # ---------------------------------------------------------------------------------------------- interrupted runs
 
 def test_interrupted_prepare_leaves_nothing(inputs, tmp_path, monkeypatch):
-    real = D._documents
+    real = S.documents                                                 # prepare reads its inputs through this name
     def documents(src):
         for i, doc in enumerate(real(src)):
             if src["kind"] == "parquet" and i == 2: raise KeyboardInterrupt   # Ctrl-C half-way through
             yield doc
-    monkeypatch.setattr(D, "_documents", documents)
+    monkeypatch.setattr(P, "documents", documents)
     with pytest.raises(KeyboardInterrupt):
         prepare([inputs], tmp_path / "out", shard_tokens=20_000, workers=2, progress=False)
     assert not (tmp_path / "out").exists() and _hidden(tmp_path) == []
@@ -469,7 +475,7 @@ def builtin(tmp_path_factory) -> Path:
 
 def test_builtin_corpus(builtin, works):
     meta = json.loads((builtin / "meta.json").read_text())
-    assert meta["documents"] == {"train": 40, "val": 2} and meta["inputs"][0]["file"] == D.BUILTIN_CORPUS_FILE
+    assert meta["documents"] == {"train": 40, "val": 2} and meta["inputs"][0]["file"] == BUILTIN_CORPUS_FILE
     assert sorted(p.name for p in builtin.iterdir()) == ["meta.json", "train_000000.bin", "val_000000.bin"]
     assert 1_400_000 < meta["tokens"]["train"] < 1_600_000 and 50_000 < meta["tokens"]["val"] < 100_000
     enc = get_tokenizer()
@@ -485,19 +491,19 @@ def test_builtin_corpus(builtin, works):
 def small_assets(tmp_path, monkeypatch, works) -> Path:
     "Package data whose built-in corpus is 3 works: quick to build."
     a = tmp_path / "assets"; a.mkdir()
-    (a / "gpt2.tiktoken").symlink_to(D._assets_dir() / "gpt2.tiktoken")
-    with lzma.open(a / D.BUILTIN_CORPUS_FILE, "wt", encoding="utf-8") as f:
+    (a / "gpt2.tiktoken").symlink_to(assets_dir() / "gpt2.tiktoken")
+    with lzma.open(a / BUILTIN_CORPUS_FILE, "wt", encoding="utf-8") as f:
         for w in works[:3]: f.write(json.dumps(w) + "\n")
-    monkeypatch.setattr(D, "_assets_dir", lambda: a)
+    for module in (TK, C): monkeypatch.setattr(module, "assets_dir", lambda: a)   # the tokenizer's and the corpus's name
     return a
 
 
 def test_builtin_corpus_race_and_cache_env(small_assets, tmp_path, monkeypatch):
     "Two ranks build the corpus at once into a fresh cache (both finish building before either publishes): both succeed, one folder, no litter."
     cache = tmp_path / "cache"
-    real_publish, barrier = D._publish, threading.Barrier(2, timeout=60)
+    real_publish, barrier = P._publish, threading.Barrier(2, timeout=60)
     def publish(*a, **k): barrier.wait(); return real_publish(*a, **k)
-    monkeypatch.setattr(D, "_publish", publish)
+    monkeypatch.setattr(P, "_publish", publish)
     monkeypatch.setenv("MAMBA3_LITE_CACHE", str(cache))
     results, errors = [None, None], []
     def rank(i):
@@ -625,13 +631,13 @@ def test_order_is_a_fixed_permutation():
 
 
 def test_order_is_the_same_in_another_process():
-    "Also: the module imports neither torch nor other mamba3_lite modules."
-    code = ("import sys, json, mamba3_lite.data as D; print(json.dumps(D.shuffled_order(1000, 42, 3).tolist())); "
+    "Also: the loader imports neither torch nor any mamba3_lite module but the shard format and the runtime helpers."
+    code = ("import sys, json, mamba3_lite.data.loader as L; print(json.dumps(L.shuffled_order(1000, 42, 3).tolist())); "
             "print(json.dumps(sorted(m for m in sys.modules if m == 'torch' or m.startswith('mamba3_lite.'))))")
     r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
     order, modules = r.stdout.splitlines()
     assert json.loads(order) == shuffled_order(1000, 42, 3).tolist()
-    assert json.loads(modules) == ["mamba3_lite.data"]
+    assert json.loads(modules) == ["mamba3_lite.data", "mamba3_lite.data.loader", "mamba3_lite.data.shards", "mamba3_lite.runtime"]
 
 
 def _run(sampler, steps: int) -> list:
@@ -750,7 +756,7 @@ def test_no_cli_inside_ipython(monkeypatch):
     monkeypatch.setattr(builtins, "__IPYTHON__", True, raising=False)
     monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "kernel.json"])
     ns = runpy.run_module("mamba3_lite.data", run_name="__main__")      # would SystemExit(2) if it parsed argv
-    assert ns["EOT_ID"] == EOT_ID
+    assert ns["__name__"] == "__main__" and ns["__spec__"].name == "mamba3_lite.data.__main__" and callable(ns["main"])
 
 
 # ---------------------------------------------------------------------------------------------- installed package
@@ -758,10 +764,9 @@ def test_no_cli_inside_ipython(monkeypatch):
 def test_works_from_an_installed_location(tmp_path):
     "Install the package (setup.py, package data) into a folder and use it from elsewhere: no repo, no ../shared."
     src = tmp_path / "src"
-    (src / "mamba3_lite").mkdir(parents=True)
+    src.mkdir()
     for f in ("setup.py", "settings.ini", "pyproject.toml", "README.md"): shutil.copy(REPO / f, src)
-    for f in ("__init__.py", "data.py"): shutil.copy(REPO / "mamba3_lite" / f, src / "mamba3_lite")
-    shutil.copytree(REPO / "mamba3_lite" / "assets", src / "mamba3_lite" / "assets")
+    shutil.copytree(REPO / "mamba3_lite", src / "mamba3_lite", ignore=shutil.ignore_patterns("__pycache__"))   # data/ + assets/
     site = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",
                         "--disable-pip-version-check", "--target", str(site), str(src)], capture_output=True, text=True, timeout=300)
@@ -770,10 +775,10 @@ def test_works_from_an_installed_location(tmp_path):
     assert sorted(p.name for p in (site / "mamba3_lite" / "assets").iterdir()) == ["README.md", "gpt2.tiktoken", "shakespeare.jsonl.xz"]
     work = tmp_path / "elsewhere"; work.mkdir()
     (work / "doc.txt").write_text("Hello world")
-    code = ("import sys, mamba3_lite.data as D; from pathlib import Path; site = Path(sys.argv[1]); "
-            "assert Path(D.__file__).is_relative_to(site) and D._assets_dir().is_relative_to(site), D.__file__; "
-            "assert D.get_tokenizer().encode('Hello world') == [15496, 995]; "
-            "sys.exit(D.main(['prepare', 'doc.txt', '--out', 'out', '--no-progress']))")
+    code = ("import sys, mamba3_lite.data.tokenizer as T; from mamba3_lite.data.__main__ import main; from pathlib import Path; "
+            "site = Path(sys.argv[1]); assert Path(T.__file__).is_relative_to(site) and T.assets_dir().is_relative_to(site), T.__file__; "
+            "assert T.get_tokenizer().encode('Hello world') == [15496, 995]; "
+            "sys.exit(main(['prepare', 'doc.txt', '--out', 'out', '--no-progress']))")
     r = subprocess.run([sys.executable, "-c", code, str(site)], cwd=work, env=dict(os.environ, PYTHONPATH=str(site)),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

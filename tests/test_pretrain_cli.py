@@ -6,14 +6,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from mamba3_lite.data import write_shard
+from mamba3_lite.data.shards import write_shard
 from mamba3_lite.pretrain import main
-from mamba3_lite.training import read_metrics
+from mamba3_lite.train.metrics import read_metrics
 
 torch.set_num_threads(1)      # in-process runs use models of a few thousand parameters: one thread is faster
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-MODEL = dict(d_model=32, n_layers=2, n_heads=2, head_dim=16, state_dim=8, chunk_size=16, ffn_dim=64)
+MODEL = dict(vocab_size=256, d_model=32, n_layers=2, n_heads=2, head_dim=16, state_dim=8, chunk_size=16, ffn_dim=64,
+             max_seq_len=32, grad_checkpoint=False)
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +29,10 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def write_config(path: Path, corpus: Path, ck: Path, fmt: str = "yaml", **kw) -> Path:
-    cfg = {**dict(model_config=MODEL, data_path=str(corpus), checkpoint_dir=str(ck), vocab_size=256, max_seq_len=32,
-                  batch_size=4, gradient_accumulation_steps=1, max_steps=60, warmup_steps=5, lr=3e-3, grad_checkpoint=False,
+    cfg = {**dict(model=MODEL, data_path=str(corpus), checkpoint_dir=str(ck),
+                  batch_size=4, gradient_accumulation_steps=1, max_steps=60, warmup_steps=5, lr=3e-3,
                   save_every=10, log_every=1, eval_every=0, sample_tokens=0, keep_last=2, device="cpu"), **kw}
+    cfg = {k: v for k, v in cfg.items() if v is not None}          # a key set to None is left out
     if fmt == "json": path.write_text(json.dumps(cfg))
     else:
         import yaml
@@ -45,10 +47,11 @@ def cli(*args, timeout=240, prefix=None):
 
 def test_config_file_and_overrides(tmp_path, corpus):
     cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck", max_steps=8, save_every=4, eval_every=4, sample_tokens=8)
-    r = cli("--config", cfgf, "--batch-size", "2", "--gradient_accumulation_steps=2", "--model_config.ffn_dim", "32", "--tensorboard")
+    r = cli("--config", cfgf, "--batch-size", "2", "--gradient_accumulation_steps=2", "--model.ffn_dim", "32", "--tensorboard")
     assert r.returncode == 0, r.stderr[-3000:]
     saved = json.loads((tmp_path / "ck" / "config.json").read_text())
-    assert (saved["batch_size"], saved["gradient_accumulation_steps"], saved["model_config"]["ffn_dim"]) == (2, 2, 32)
+    assert (saved["batch_size"], saved["gradient_accumulation_steps"], saved["model"]["ffn_dim"]) == (2, 2, 32)
+    assert (saved["model"]["d_model"], saved["model"]["vocab_size"]) == (32, 256)     # the file's other model fields stay
     recs = read_metrics(tmp_path / "ck" / "metrics.jsonl")
     assert [r["step"] for r in recs if r["kind"] == "train"] == list(range(1, 9))
     assert [r["step"] for r in recs if r["kind"] == "eval"] == [4, 8]
@@ -64,11 +67,15 @@ def test_config_file_and_overrides(tmp_path, corpus):
     (["--lr", "fast"], 2, "lr: expected a number, got 'fast'"),
     (["--batch_size", "0"], 2, "batch_size: must be >= 1"),
     (["--learning_rate", "1e-3"], 2, "unknown option --learning_rate (did you mean --lr?)"),
-    (["--model_config.d_modle", "64"], 2, "unknown model field --model_config.d_modle (did you mean d_model?)"),
-    (["--model_config.state_dim", "7"], 2, "state_dim"),
+    (["--model.d_modle", "64"], 2, "unknown option --model.d_modle (did you mean --model.d_model?)"),
+    (["--model.state_dim", "7"], 2, "model.state_dim: must be"),
     (["--keep_last", "1"], 2, "keep_last: must be >= 2"),
     (["--compile_mode", "fastest"], 2, "compile_mode"),
-    (["--max_seq_len", "16", "--model_config.max_seq_len", "32"], 2, "set it at the top level only"),
+    (["--max_seq_len", "16"], 2, "unknown option --max_seq_len (did you mean --model.max_seq_len?)"),
+    (["--model_config.d_model", "64"], 2, "unknown option --model_config.d_model (did you mean --model.d_model?)"),
+    (["--vocab_size", "256"], 2, "(did you mean --model.vocab_size?)"),
+    (["--grad_checkpoint"], 2, "(did you mean --model.grad_checkpoint?)"),
+    (["--model.d_model", "wide"], 2, "model.d_model: expected an integer, got 'wide'"),
     (["--preset", "h100"], 2, "invalid choice: 'h100'"),
 ])
 def test_bad_values_name_the_field(args, status, message, capsys):
@@ -88,6 +95,27 @@ def test_bad_config_file(tmp_path, corpus, capsys):
     assert main(["--config", str(tmp_path / "missing.yaml")]) == 2 and "not found" in capsys.readouterr().err
 
 
+def test_old_spellings_in_a_file_get_a_hint(tmp_path, corpus, capsys):
+    old = write_config(tmp_path / "old.yaml", corpus, tmp_path / "ck", model=None, model_config=dict(d_model=32),
+                       vocab_size=256, grad_checkpoint=False)
+    assert main(["--config", str(old), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert (f"--config {old}: unknown TrainingConfig field(s): grad_checkpoint, model_config, vocab_size (did you mean: "
+            "grad_checkpoint -> model.grad_checkpoint, model_config -> model, vocab_size -> model.vocab_size?)") in err
+    bad = write_config(tmp_path / "bad.yaml", corpus, tmp_path / "ck", model=dict(MODEL, d_modle=64))
+    assert main(["--config", str(bad), "--dry-run"]) == 2
+    assert "unknown ModelConfig field(s): model.d_modle (did you mean: model.d_modle -> model.d_model?)" in capsys.readouterr().err
+
+
+def test_nested_override_merges_onto_the_file(tmp_path, corpus):
+    from mamba3_lite.pretrain import build_config, parse_overrides
+    cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck")
+    cfg = build_config("tiny", cfgf, parse_overrides(["--model.chunk_size", "8", "--model.ssd_dispatch=pytorch", "--lr", "1e-3"]))
+    assert (cfg.model.chunk_size, cfg.model.d_model, cfg.model.vocab_size, cfg.model.max_seq_len, cfg.lr) == (8, 32, 256, 32, 1e-3)
+    assert cfg.model.n_layers == 2 and cfg.batch_size == 4        # the file over the preset, the flags over the file
+    assert cfg.to_dict()["model"]["chunk_size"] == 8 and "vocab_size" not in cfg.to_dict()
+
+
 def test_dry_run_and_defaults(capsys, monkeypatch):
     assert main(["--dry-run"]) == 0                 # no CUDA here: the default is the tiny preset
     out = capsys.readouterr().out
@@ -95,7 +123,7 @@ def test_dry_run_and_defaults(capsys, monkeypatch):
     assert "memory per CPU process (estimate)" in out and "time to the token budget" in out
     assert main(["--preset", "h200", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "433,662,400 parameters" in out and "65,536" in out and "16.777B tokens" in out
+    assert "433,662,848 parameters" in out        # the original's 433,662,400 with each head's complex A counted once and "65,536" in out and "16.777B tokens" in out
     assert "memory per GPU" in out and "H200 (no GPU here)" in out
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)      # a CUDA machine, no arguments: a summary only
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
@@ -110,7 +138,7 @@ def test_tiny_preset_runs(tmp_path):
     r = cli("--preset", "tiny", "--max_steps", "3", "--eval_every", "2", "--save_every", "2", "--sample_tokens", "4",
             "--eval_batches", "1", "--checkpoint_dir", tmp_path / "ck", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "training 7,157,008 parameters" in r.stdout and "sample:" in r.stdout and "done: step 3" in r.stdout
+    assert "training 7,157,024 parameters" in r.stdout and "sample:" in r.stdout and "done: step 3" in r.stdout
     assert (tmp_path / "ck" / "final" / "model.safetensors").exists()
 
 
@@ -169,7 +197,7 @@ def test_kill_9_during_checkpoint_write_then_resume(tmp_path, corpus):
 def test_resume_with_a_different_model_is_refused(tmp_path, corpus):
     cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck", max_steps=10)
     assert main(["--config", str(cfgf)]) == 0
-    r = cli("--config", cfgf, "--resume", "auto", "--model_config.n_layers", "3")
+    r = cli("--config", cfgf, "--resume", "auto", "--model.n_layers", "3")
     assert r.returncode == 1
     assert "refusing to resume from" in r.stderr and "model n_layers: checkpoint 2, this run 3" in r.stderr
 

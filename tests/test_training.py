@@ -8,13 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from mamba3_lite.data import write_shard
-from mamba3_lite.pretrain import Pretrainer, ResumeError
-from mamba3_lite.training import TrainingConfig, CheckpointManager, read_metrics, from_pretrained
+from mamba3_lite.data.shards import write_shard
+from mamba3_lite.model import ModelConfig
+from mamba3_lite.train.config import TrainingConfig
+from mamba3_lite.train.metrics import read_metrics
+from mamba3_lite.train.export import from_pretrained
+from mamba3_lite.train.trainer import Pretrainer, ResumeError
 
 torch.set_num_threads(1)      # these models are a few thousand parameters: one thread is ~3x faster than two here
 REPO = Path(__file__).resolve().parents[1]
-MODEL = dict(d_model=32, n_layers=2, n_heads=2, head_dim=16, state_dim=8, chunk_size=16, ffn_dim=64)
+MODEL = dict(vocab_size=256, max_seq_len=32, d_model=32, n_layers=2, n_heads=2, head_dim=16, state_dim=8, chunk_size=16,
+             ffn_dim=64, grad_checkpoint=False)
 
 
 def byte_corpus(folder: Path, n_train: int = 60_000, n_val: int = 6_000) -> Path:
@@ -27,12 +31,12 @@ def byte_corpus(folder: Path, n_train: int = 60_000, n_val: int = 6_000) -> Path
     return folder
 
 
-def tiny_cfg(tmp: Path, **kw) -> TrainingConfig:
-    base = dict(model_config=MODEL, data_path=str(byte_corpus(tmp / "data")), checkpoint_dir=str(tmp / "ck"), vocab_size=256,
-                max_seq_len=32, batch_size=4, gradient_accumulation_steps=2, max_steps=12, warmup_steps=3, lr=3e-3,
-                grad_checkpoint=False, save_every=4, log_every=1, eval_every=4, eval_batches=2, sample_tokens=0, keep_last=2,
-                device="cpu")
-    return TrainingConfig(**{**base, **kw})
+def tiny_cfg(tmp: Path, model: dict | None = None, **kw) -> TrainingConfig:
+    "A tiny run on the byte corpus; `model` changes fields of the tiny `ModelConfig`."
+    base = dict(data_path=str(byte_corpus(tmp / "data")), checkpoint_dir=str(tmp / "ck"), batch_size=4,
+                gradient_accumulation_steps=2, max_steps=12, warmup_steps=3, lr=3e-3, save_every=4, log_every=1, eval_every=4,
+                eval_batches=2, sample_tokens=0, keep_last=2, device="cpu")
+    return TrainingConfig(model=ModelConfig(**{**MODEL, **(model or {})}), **{**base, **kw})
 
 
 def train_losses(ck: Path) -> list[float]:
@@ -61,8 +65,7 @@ def test_resume_is_bit_identical(tmp_path):
     resumed.train()
     assert train_losses(tmp_path / "cut") == train_losses(tmp_path / "full") == out_full["losses"]
     assert_bit_identical(params(resumed.model), params(full.model))
-    assert_bit_identical(resumed.optimizer.state_dict()["optimizers"][0]["state"][0],
-                         full.optimizer.state_dict()["optimizers"][0]["state"][0])
+    assert_bit_identical(resumed.optimizer.state_dict()["state"][0], full.optimizer.state_dict()["state"][0])
     # the Hugging Face export loads back to the same weights
     assert_bit_identical(params(from_pretrained(tmp_path / "cut" / "final")), params(full.model))
     assert (tmp_path / "cut" / "loss_curve.png").stat().st_size > 1000
@@ -128,11 +131,55 @@ def test_corrupt_checkpoint_falls_back(tmp_path, capsys):
 def test_resume_with_other_model_or_data_is_refused(tmp_path):
     Pretrainer(tiny_cfg(tmp_path, max_steps=4, eval_every=0)).train()
     with pytest.raises(ResumeError, match=r"model d_model: checkpoint 32, this run 64"):
-        Pretrainer(tiny_cfg(tmp_path, resume="auto", model_config={**MODEL, "d_model": 64}))
+        Pretrainer(tiny_cfg(tmp_path, resume="auto", model={"d_model": 64}))
     with pytest.raises(ResumeError, match=r"data max_seq_len: checkpoint 32, this run 16"):
-        Pretrainer(tiny_cfg(tmp_path, resume="auto", max_seq_len=16))
-    t = Pretrainer(tiny_cfg(tmp_path, resume="auto", max_steps=6, lr=1e-3, grad_checkpoint=True))   # fine to change
+        Pretrainer(tiny_cfg(tmp_path, resume="auto", model={"max_seq_len": 16}))
+    t = Pretrainer(tiny_cfg(tmp_path, resume="auto", max_steps=6, lr=1e-3, model={"grad_checkpoint": True}))   # fine to change
     assert t.step == 4
+
+
+
+def legacy_format(model, opt) -> dict:
+    "What the former MultiOptimizer saved for `opt`'s moments: the real groups in one AdamW, the complex A_log's in a second."
+    params, sd = dict(model.named_parameters()), opt.state_dict()
+    name_of = {id(p): n for n, p in params.items()}
+    st = {name_of[id(p)]: sd["state"][i] for g_sd, g in zip(sd["param_groups"], opt.param_groups)
+          for i, p in zip(g_sd["params"], g["params"]) if i in sd["state"]}
+    cplx = [n for n in params if n.endswith(".A_log")]
+    real = [n for n in params if n not in cplx and not n.endswith(".A_imag")]
+    hp = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]     # decay, no_decay
+
+    def one(groups, moments):
+        names = [n for _, _, ns in groups for n in ns]
+        return {"state": {i: moments(n) for i, n in enumerate(names)},
+                "param_groups": [{**h, "name": k, "params": [names.index(n) for n in ns]} for k, h, ns in groups]}
+    join = lambda n: {**st[n], **{m: torch.complex(st[n][m], st[n[:-5] + "A_imag"][m]) for m in ("exp_avg", "exp_avg_sq")}}
+    return {"optimizers": [one([("decay", hp[0], [n for n in real if params[n].dim() >= 2]),
+                                ("no_decay", hp[1], [n for n in real if params[n].dim() < 2])], st.__getitem__),
+                           one([("complex", hp[1], cplx)], join)]}
+
+
+def test_two_optimizer_checkpoint_resumes_exactly(tmp_path):
+    "A checkpoint in the pre-re-layout format (complex A_log weights, two AdamWs) resumes to the same run, bit for bit."
+    from mamba3_lite.train.checkpoint import CheckpointManager
+    full = Pretrainer(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "full"), max_steps=8, eval_every=0))
+    out_full = full.train()
+    first = Pretrainer(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "cut"), max_steps=8, eval_every=0))
+    first.train(until_step=4)                        # checkpoint at 4, rewritten below as the old code wrote it
+    cm = CheckpointManager(tmp_path / "cut")
+    state = cm.load(cm.path_for(4))
+    state["optimizer"] = legacy_format(first.model, first.optimizer)
+    for k in [k for k in state["model"] if k.endswith(".A_log")]:
+        state["model"][k] = torch.complex(state["model"][k], state["model"].pop(k[:-5] + "A_imag"))
+    cm.save(4, state)
+    del first
+    resumed = Pretrainer(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "cut"), max_steps=8, eval_every=0, resume="auto"))
+    assert resumed.step == 4
+    assert resumed.train()["losses"] == out_full["losses"][4:]
+    assert_bit_identical(params(resumed.model), params(full.model))
+    with pytest.raises(ResumeError, match=r"refusing to resume from .*step_00000004: the optimizer state is the former two-optimizer"):
+        state["optimizer"]["optimizers"].pop()       # the complex A's AdamW lost: refused, naming the checkpoint
+        cm.save(4, state); Pretrainer(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "cut"), max_steps=8, resume=str(cm.path_for(4))))
 
 
 def _free_port() -> int:
@@ -177,7 +224,7 @@ def one_rank_run(tmp_path_factory):
 
 def test_damaged_val_shard_is_an_error_naming_it(tmp_path):
     "A truncated validation shard stops the run with the file's name; it must not quietly turn evaluation off."
-    from mamba3_lite.data import ShardError
+    from mamba3_lite.data.shards import ShardError
     cfg = tiny_cfg(tmp_path)
     val = Path(cfg.data_path) / "val_000000.bin"
     val.write_bytes(val.read_bytes()[:-10])
@@ -186,12 +233,11 @@ def test_damaged_val_shard_is_an_error_naming_it(tmp_path):
 
 
 def test_final_export_is_atomic_and_load_errors_name_the_file(tmp_path):
-    from mamba3_lite.model import Mamba3Transformer, ModelConfig
-    from mamba3_lite.training import save_pretrained
-    kw = dict(MODEL, vocab_size=256)
-    model = Mamba3Transformer(ModelConfig(**kw))
-    d = save_pretrained(model, tmp_path / "final", kw)
-    save_pretrained(model, d, kw)                                       # over an existing export: replaced whole
+    from mamba3_lite.model import Mamba3Transformer
+    from mamba3_lite.train.export import save_pretrained
+    model = Mamba3Transformer(ModelConfig(**MODEL))
+    d = save_pretrained(model, tmp_path / "final")                      # the config is the model's own (model.cfg)
+    save_pretrained(model, d)                                           # over an existing export: replaced whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]      # no temp or old folders left behind
     m = from_pretrained(d)
     for (k, p), q in zip(model.state_dict().items(), m.state_dict().values()): assert torch.equal(p, q), k

@@ -1,8 +1,9 @@
-"""Chapter 05's Triton kernels against the PyTorch reference.
+"""Chapter 05's Triton kernels (`mamba3_lite.ssd.triton`, notebooks 05a-05e) against the PyTorch reference.
 
-* without triton (a subprocess that hides it): the module imports, the reference math runs, the kernels raise ImportError;
+* without triton (a subprocess that hides it): the modules import, the reference math runs, the kernels raise ImportError;
 * on a CPU with TRITON_INTERPRET=1 (fp32/fp64, small shapes, run in CI): every kernel's forward and gradients equal the
-  reference within 1e-4 relative; gradcheck through both autograd Functions; non-zero gradients for every input;
+  reference within 1e-4 relative; gradcheck through the scan's launchers and the per-chunk Function; non-zero gradients
+  for every input; importing the kernels changes no other module;
 * with CUDA and triton (the H200): bf16 parity of outputs and gradients against the fp32 reference (`TestGPU`).
 """
 import importlib
@@ -15,20 +16,22 @@ import pytest
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
-if not HAS_CUDA:                                  # before triton_ssd is imported: @triton.jit reads it at decoration
+if not HAS_CUDA:                                  # before the kernels are imported: @triton.jit reads it at decoration
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from mamba3_lite.chunkwise import (per_chunk_ssd_pytorch, real_ssd_chunked, ssd_complex_chunkwise, ssd_real_chunkwise,
-                                   PER_CHUNK_KERNELS)
-from mamba3_lite.foundations import assert_close
-import mamba3_lite.triton_ssd as ts
+from mamba3_lite.ssd.chunk import per_chunk_ssd_pytorch, real_ssd_chunked, ssd_complex_chunkwise, ssd_real_chunkwise
+from mamba3_lite.testing import assert_close
+import mamba3_lite.ssd.triton.phases as phases
 
-if ts.HAS_TRITON and not HAS_CUDA and not ts._INTERPRET:
-    ts = importlib.reload(ts)                     # imported earlier without the interpreter: define the kernels again
+KERNEL_MODULES = [f"mamba3_lite.ssd.triton.{m}" for m in ("phases", "chunk_state", "chunk_scan", "real_ssd", "per_chunk")]
+if phases.HAS_TRITON and not HAS_CUDA and not phases.INTERPRET:
+    for name in KERNEL_MODULES:                   # imported earlier without the interpreter: define the kernels again
+        importlib.reload(importlib.import_module(name))
+from mamba3_lite.ssd.triton import per_chunk, phases, real_ssd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-needs_triton = pytest.mark.skipif(not ts.HAS_TRITON, reason="triton is not installed")
-cpu_interp = pytest.mark.skipif(HAS_CUDA or not ts.HAS_TRITON, reason="CPU interpreter tests (no CUDA, triton present)")
+needs_triton = pytest.mark.skipif(not phases.HAS_TRITON, reason="triton is not installed")
+cpu_interp = pytest.mark.skipif(HAS_CUDA or not phases.HAS_TRITON, reason="CPU interpreter tests (no CUDA, triton present)")
 
 
 def _flat(t):
@@ -79,6 +82,29 @@ def _ssd_inputs(Bsz=2, T=70, H=2, N=8, D=16, s0=True, im_scale=3.0, seed=0, devi
     return ins, (init.to(device).requires_grad_() if s0 else None)
 
 
+class _ScanFunction(torch.autograd.Function):
+    "Test harness: the scan's public launchers `scan_forward` / `scan_backward` as one differentiable function."
+    @staticmethod
+    def forward(ctx, q, k, x, alpha, S0, Q):
+        ctx.save_for_backward(q, k, x, alpha, S0)
+        ctx.Q = Q
+        return real_ssd.scan_forward(q, k, x, alpha, S0, Q)
+
+    @staticmethod
+    def backward(ctx, dy, dS_fin):
+        q, k, x, alpha, S0 = ctx.saved_tensors
+        dq, dk, dx, dalpha, dS0, _ = real_ssd.scan_backward(q, k, x, alpha, S0, ctx.Q, dy, dS_fin)
+        return dq, dk, dx, dalpha, dS0, None
+
+
+def _scan_chunked(q, k, xc, alpha, S0=None):
+    "`real_ssd_chunked`'s signature, (B,c,Q,H,.) tensors, on the Triton scan (state pass and chunked scan kernels)."
+    Bsz, nc, Q, H, _ = q.shape
+    flat = lambda t: t.reshape(Bsz, nc * Q, H, -1)
+    y, S = _ScanFunction.apply(flat(q), flat(k), flat(xc), alpha.reshape(Bsz, nc * Q, H), S0, Q)
+    return y.view(xc.shape), S
+
+
 def _qk_rounded_core(q, k, xc, alpha, S0):
     "`real_ssd_chunked` with only the rotated q, k rounded to bf16 (straight through): the fp32 path's bf16 band."
     q, k = (t + (t.bfloat16().float() - t).detach() for t in (q, k))
@@ -91,10 +117,9 @@ def test_without_triton_module_imports_and_raises():
     code = textwrap.dedent("""
         import sys; sys.modules["triton"] = None; sys.modules["triton.language"] = None   # import triton -> ImportError
         import torch
-        import mamba3_lite.triton_ssd as ts
-        from mamba3_lite.chunkwise import ssd_complex_chunkwise, ssd_real_chunkwise, PER_CHUNK_KERNELS
-        assert ts.HAS_TRITON is False
-        assert PER_CHUNK_KERNELS["triton"] is ts.per_chunk_ssd_triton
+        from mamba3_lite.ssd.triton import per_chunk, phases, real_ssd
+        from mamba3_lite.ssd.chunk import ssd_complex_chunkwise, ssd_real_chunkwise
+        assert phases.HAS_TRITON is False
         Bsz, T, H, N, D = 1, 10, 2, 3, 4
         x, dt = torch.randn(Bsz, T, H, D), torch.randn(Bsz, T, H)
         A = torch.complex(-torch.rand(H) - 0.1, torch.randn(H))
@@ -102,8 +127,8 @@ def test_without_triton_module_imports_and_raises():
         y = ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=4)                      # the reference still runs
         y2 = ssd_real_chunkwise(x, A.real, A.imag, B_t.real, B_t.imag, C_t.real, C_t.imag, dt, chunk_size=4)
         assert y.shape == y2.shape == (Bsz, T, H, D) and (y - y2).abs().max() < 1e-4
-        for call in (lambda: ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=4, ssd_dispatch="triton"),
-                     lambda: ts.ssd_real_chunkwise_triton(x, A.real, A.imag, B_t.real, B_t.imag, C_t.real, C_t.imag, dt)):
+        for call in (lambda: ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=4, per_chunk=per_chunk.per_chunk_ssd_triton),
+                     lambda: real_ssd.ssd_real_chunkwise_triton(x, A.real, A.imag, B_t.real, B_t.imag, C_t.real, C_t.imag, dt)):
             try:
                 call(); raise SystemExit("no ImportError")
             except ImportError as e:
@@ -121,10 +146,10 @@ def test_cpu_tensors_without_interpreter_raise():
     code = textwrap.dedent("""
         import os; os.environ.pop("TRITON_INTERPRET", None)
         import torch
-        import mamba3_lite.triton_ssd as ts
+        from mamba3_lite.ssd.triton import real_ssd
         x = torch.randn(1, 8, 2, 4); r = torch.randn(1, 8, 2, 3)
         try:
-            ts.ssd_real_chunkwise_triton(x, -torch.ones(2), torch.ones(2), r, r, r, r, torch.randn(1, 8, 2), chunk_size=4)
+            real_ssd.ssd_real_chunkwise_triton(x, -torch.ones(2), torch.ones(2), r, r, r, r, torch.randn(1, 8, 2), chunk_size=4)
             raise SystemExit("no error")
         except RuntimeError as e:
             assert "CUDA" in str(e) and "TRITON_INTERPRET" in str(e), e
@@ -139,21 +164,36 @@ def test_cpu_tensors_without_interpreter_raise():
 
 def test_block_dims_raise_value_error():
     with pytest.raises(ValueError, match='ssd_dispatch="pytorch"'):
-        ts._check_block_dims(chunk_size=512, state_2N=128)
-    ts._check_block_dims(chunk_size=256, state_2N=256, head_dim=64)                  # the limit itself is fine
-    if ts.HAS_TRITON:
+        phases.check_block_dims(chunk_size=512, state_2N=128)
+    phases.check_block_dims(chunk_size=256, state_2N=256, head_dim=64)               # the limit itself is fine
+    if phases.HAS_TRITON:
         ins, _ = _ssd_inputs(Bsz=1, T=8, H=1, N=129, D=4, s0=False)
         with pytest.raises(ValueError, match="state_2N=258"):
-            ts.ssd_real_chunkwise_triton(*ins, chunk_size=4)
+            real_ssd.ssd_real_chunkwise_triton(*ins, chunk_size=4)
+
+
+def test_import_has_no_side_effects():
+    "Importing the kernel modules writes nothing into chapter 02's module (no registry: a caller passes the kernel)."
+    code = textwrap.dedent("""
+        import mamba3_lite.ssd.chunk as chunk
+        before = dict(vars(chunk)); defaults = chunk.ssd_complex_chunkwise.__defaults__
+        from mamba3_lite.ssd.triton import per_chunk, real_ssd
+        assert dict(vars(chunk)) == before and chunk.ssd_complex_chunkwise.__defaults__ == defaults
+        assert not hasattr(chunk, "PER_CHUNK_KERNELS")
+        print("OK")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
 
 
 def test_split_complex_contiguous():
     z = torch.randn(3, 5, dtype=torch.complex64)
-    re, im = ts._split_complex(z)
+    re, im = per_chunk.split_complex(z)
     assert re.is_contiguous() and im.is_contiguous() and re.stride() == (5, 1)
     assert torch.equal(re, z.real) and torch.equal(im, z.imag)
     assert torch.view_as_real(z)[..., 0].stride() == (10, 2)                          # what a kernel must not be given
-    re, im = ts._split_complex(z.conj())                                               # a lazily conjugated view
+    re, im = per_chunk.split_complex(z.conj())                                               # a lazily conjugated view
     assert torch.equal(im, -z.imag)
 
 
@@ -162,7 +202,7 @@ def test_split_complex_contiguous():
 @pytest.mark.parametrize("x_complex", [False, True])
 def test_per_chunk_matches_pytorch(x_complex):
     ins = _pc_inputs(x_complex=x_complex)
-    out, ref = ts.per_chunk_ssd_triton(*ins), per_chunk_ssd_pytorch(*ins)
+    out, ref = per_chunk.per_chunk_ssd_triton(*ins), per_chunk_ssd_pytorch(*ins)
     for a, b, n in zip(out, ref, ("Y_diag", "states")):
         assert a.dtype == b.dtype and a.shape == b.shape
         assert_close(_flat(a), _flat(b), rtol=1e-4, name=n)
@@ -172,15 +212,14 @@ def test_per_chunk_matches_pytorch(x_complex):
 
 
 @cpu_interp
-def test_complex_chunkwise_dispatch_triton():
+def test_complex_chunkwise_per_chunk_triton():
     g = torch.Generator().manual_seed(0)
     Bsz, T, H, N, D = 1, 40, 2, 4, 5
     x, dt = torch.randn(Bsz, T, H, D, generator=g), torch.randn(Bsz, T, H, generator=g)
     A = torch.complex(-torch.rand(H, generator=g) - 0.1, 3 * torch.randn(H, generator=g))
     B_t, C_t = (torch.randn(Bsz, T, H, N, dtype=torch.complex64, generator=g) for _ in range(2))
-    assert PER_CHUNK_KERNELS["triton"] is ts.per_chunk_ssd_triton
-    assert_close(ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=16, ssd_dispatch="triton"),
-                 ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=16), rtol=1e-4, name="dispatch")
+    assert_close(ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=16, per_chunk=per_chunk.per_chunk_ssd_triton),
+                 ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=16), rtol=1e-4, name="per_chunk=triton")
 
 
 @cpu_interp
@@ -188,7 +227,7 @@ def test_complex_chunkwise_dispatch_triton():
 def test_real_chunked_matches_pytorch(cfg):
     ins = _real_inputs(**cfg)
     diff_ins = [t for t in ins if t is not None]
-    out, ref = ts.real_ssd_chunked_triton(*ins), real_ssd_chunked(*ins)
+    out, ref = _scan_chunked(*ins), real_ssd_chunked(*ins)
     for a, b, n in zip(out, ref, ("y", "S_final")):
         assert_close(a, b, rtol=1e-4, name=n)
     for a, b, n in zip(_grads(out, diff_ins), _grads(ref, diff_ins), ("dq", "dk", "dx", "dalpha", "dS0")):
@@ -201,7 +240,7 @@ def test_ssd_real_chunkwise_triton_matches_pytorch(T, Q, s0):
     "The model's entry point: T not a multiple of the chunk, T=1, initial and final state; gradients to every input."
     ins, init = _ssd_inputs(T=T, s0=s0)
     all_in = ins + ([init] if s0 else [])
-    out = ts.ssd_real_chunkwise_triton(*ins, chunk_size=Q, initial_state=init, return_final_state=True)
+    out = real_ssd.ssd_real_chunkwise_triton(*ins, chunk_size=Q, initial_state=init, return_final_state=True)
     ref = ssd_real_chunkwise(*ins, chunk_size=Q, initial_state=init, return_final_state=True)
     assert out[0].shape == ref[0].shape and out[0].dtype == ref[0].dtype and out[1].dtype == ref[1].dtype
     for a, b, n in zip(out, ref, ("y", "final_state")):
@@ -214,60 +253,44 @@ def test_ssd_real_chunkwise_triton_matches_pytorch(T, Q, s0):
 
 
 @cpu_interp
-def test_split_dq_dk_kernels_match():
-    "The alternative gradient kernels (TUNE['split_dqdk'], measured slower on the H200) compute the same gradients."
-    ins, init = _ssd_inputs(T=48, s0=True)
-    all_in = ins + [init]
-    ref = _grads(ssd_real_chunkwise(*ins, chunk_size=16, initial_state=init, return_final_state=True), all_in)
-    before = dict(ts.TUNE)
-    try:
-        ts.TUNE.update(split_dqdk=True)
-        out = ts.ssd_real_chunkwise_triton(*ins, chunk_size=16, initial_state=init, return_final_state=True)
-        for a, b, n in zip(_grads(out, all_in), ref, "dx dA_re dA_im dB_re dB_im dC_re dC_im ddt dinit".split()):
-            assert_close(_flat(a), _flat(b), rtol=1e-4, atol=5e-5, name="split " + n)
-    finally:
-        ts.TUNE.clear(); ts.TUNE.update(before)
-
-
-@cpu_interp
 def test_long_sequence_large_phase():
-    "Phases reduced mod 2*pi (GUIDE section 3): parity at T=2048 with large Im A (|theta| up to ~1e5 rad)."
+    "Phases reduced mod 2*pi (chapter 02): parity at T=2048 with large Im A (|theta| up to ~1e5 rad)."
     ins, _ = _ssd_inputs(Bsz=1, T=2048, H=1, N=8, D=16, s0=False, im_scale=50.0)
-    assert_close(ts.ssd_real_chunkwise_triton(*ins, chunk_size=64), ssd_real_chunkwise(*ins, chunk_size=64),
+    assert_close(real_ssd.ssd_real_chunkwise_triton(*ins, chunk_size=64), ssd_real_chunkwise(*ins, chunk_size=64),
                  rtol=1e-4, name="y T=2048")
 
 
 @cpu_interp
 def test_gradcheck_real_function():
-    "fp64 gradcheck through the fused scan's autograd Function (its backward is the Triton kernels)."
+    "fp64 gradcheck through the scan's launchers (their backward is the Triton kernels, in fp64 on the interpreter)."
     ins = _real_inputs(Bsz=1, nc=2, Q=4, H=1, M=4, D=3, dtype=torch.float64)
-    assert torch.autograd.gradcheck(ts.real_ssd_chunked_triton, ins, fast_mode=True)
+    assert torch.autograd.gradcheck(_scan_chunked, ins, fast_mode=True)
 
 
 @cpu_interp
 def test_gradcheck_per_chunk_function():
     ins = _pc_inputs(Bsz=1, nc=2, Q=4, H=1, N=2, P=2, x_complex=True, cd=torch.complex128)
-    assert torch.autograd.gradcheck(ts.per_chunk_ssd_triton, ins, fast_mode=True)
+    assert torch.autograd.gradcheck(per_chunk.per_chunk_ssd_triton, ins, fast_mode=True)
 
 
 @cpu_interp
 def test_every_gradient_nonzero():
     "No None and no all-zero gradient for any differentiated input, also when only one output reaches the loss."
     ins, init = _ssd_inputs(Bsz=1, T=20, s0=True)
-    y, s = ts.ssd_real_chunkwise_triton(*ins, chunk_size=8, initial_state=init, return_final_state=True)
+    y, s = real_ssd.ssd_real_chunkwise_triton(*ins, chunk_size=8, initial_state=init, return_final_state=True)
     for g, n in zip(torch.autograd.grad(y.square().sum(), ins + [init]), "x A_re A_im B_re B_im C_re C_im dt init".split()):
         assert g is not None and g.abs().sum() > 0, n
-    y, s = ts.ssd_real_chunkwise_triton(*ins, chunk_size=8, initial_state=init, return_final_state=True)
+    y, s = real_ssd.ssd_real_chunkwise_triton(*ins, chunk_size=8, initial_state=init, return_final_state=True)
     for g, n in zip(torch.autograd.grad(s.abs().square().sum(), ins[:5] + [ins[7], init]), "x A_re A_im B_re B_im dt init".split()):
         assert g is not None and g.abs().sum() > 0, n                               # y unused: its grad is zeros
     pc = _pc_inputs()
-    Y, St = ts.per_chunk_ssd_triton(*pc)
+    Y, St = per_chunk.per_chunk_ssd_triton(*pc)
     for g in torch.autograd.grad(Y.abs().square().sum(), pc[:4]):
         assert g is not None and g.abs().sum() > 0
 
 
 # ---------------------------------------------------------------------------------------------------- GPU (H200)
-@pytest.mark.skipif(not (HAS_CUDA and ts.HAS_TRITON), reason="needs CUDA and triton")
+@pytest.mark.skipif(not (HAS_CUDA and phases.HAS_TRITON), reason="needs CUDA and triton")
 class TestGPU:
     "bf16 kernels against the fp32 PyTorch reference on the GPU; max differences are printed (pytest -s)."
 
@@ -289,7 +312,7 @@ class TestGPU:
         rnd_ins = [t.detach().float().requires_grad_() for t in ins]
         ref_init = None if init is None else init.detach().clone().requires_grad_()
         rnd_init = None if init is None else init.detach().clone().requires_grad_()
-        out = ts.ssd_real_chunkwise_triton(*ins, chunk_size=64, initial_state=init, return_final_state=True)
+        out = real_ssd.ssd_real_chunkwise_triton(*ins, chunk_size=64, initial_state=init, return_final_state=True)
         ref = ssd_real_chunkwise(*ref_ins, chunk_size=64, initial_state=ref_init, return_final_state=True)
         rnd = ssd_real_chunkwise(*rnd_ins, chunk_size=64, initial_state=rnd_init, return_final_state=True, core=_qk_rounded_core)
         assert out[0].dtype == torch.bfloat16
@@ -312,7 +335,7 @@ class TestGPU:
 
     def test_fp32_fused_kernels(self):
         ins = [t.detach().cuda().requires_grad_() if t is not None else None for t in _real_inputs(Q=16, M=16, D=16)]
-        out, ref = ts.real_ssd_chunked_triton(*ins), real_ssd_chunked(*ins)
+        out, ref = _scan_chunked(*ins), real_ssd_chunked(*ins)
         for a, b, n in zip(out, ref, ("y", "S_final")):
             assert_close(a, b, rtol=1e-4, name="fp32 gpu " + n)
         for a, b, n in zip(_grads(out, ins), _grads(ref, ins), ("dq", "dk", "dx", "dalpha", "dS0")):
@@ -320,7 +343,7 @@ class TestGPU:
 
     def test_per_chunk_gpu(self):
         ins = [t.detach().cuda().requires_grad_() for t in _pc_inputs(Q=16, N=16, P=16, H=2, x_complex=True)]
-        out, ref = ts.per_chunk_ssd_triton(*ins), per_chunk_ssd_pytorch(*ins)
+        out, ref = per_chunk.per_chunk_ssd_triton(*ins), per_chunk_ssd_pytorch(*ins)
         for a, b, n in zip(out, ref, ("Y_diag", "states")):
             assert_close(_flat(a), _flat(b), rtol=1e-4, name="gpu per-chunk " + n)
         for a, b, n in zip(_grads(out, ins), _grads(ref, ins), ("dB", "dC", "dX", "dA_log", "ddecay")):
