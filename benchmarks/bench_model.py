@@ -73,7 +73,7 @@ def run_mode(cfg, mode, args, device):
            "tokens_per_s": round(tok_s, 1), "warmup_steps": args.warmup, "warmup_s": round(warmup_s, 2),
            "loss_first_last": [round(losses[0], 4), round(losses[-1], 4)] if losses else None,
            "loss_finite": all(math.isfinite(l) for l in losses)}
-    res["model_tflops_per_s"] = round(6 * n_params * tok_s / 1e12, 2)        # 6 N FLOPs per token (measured on one H200, 2026-12-01)
+    res["model_tflops_per_s"] = round(6 * n_params * tok_s / 1e12, 2)        # 6 N FLOPs per token
     if device.type == "cuda":
         res["peak_mem_allocated_gib"] = peak_memory_gib(device)
         res["peak_mem_reserved_gib"] = round(torch.cuda.max_memory_reserved(device) / 2 ** 30, 2)

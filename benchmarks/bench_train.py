@@ -18,7 +18,7 @@ benchmark; the numbers don't depend on the text), or `--data DIR`.
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 
-PEER = {"Transformer SDPA+compile (measured on one H200, 2026-12-01)": 146_699, "official Mamba-3 SISO (measured on one H200, 2026-12-01)": 75_258, "seed (measured on one H200, 2026-12-01)": 37_872}
+PEER = {"Transformer SDPA+compile (peer figure, an H200, 2026-12-01)": 146_699, "official Mamba-3 SISO (peer figure, an H200, 2026-12-01)": 75_258, "original Mamba-3-Lite (peer figure, an H200, 2026-12-01)": 37_872}
 
 
 def run_one(a):

@@ -333,7 +333,7 @@ def main():
     return emit(report, device=dev, out=args.out, benchmark="ssd_scan",
                 shape=dict(B=B, T=T, H=H, N_complex=N, state_real=2 * N, D=D, chunk_size=Q,
                            dtype="fp32 inputs (interpreter)" if args.smoke else "bf16 inputs"),
-                reference_official_mamba3_siso_ms={"fwd": 1.16, "fwdbwd": 2.51, "source": "state-spaces/mamba SISO Triton kernels, measured on the same H200 2026-12-01"})
+                reference_official_mamba3_siso_ms={"fwd": 1.16, "fwdbwd": 2.51, "source": "state-spaces/mamba SISO Triton kernels on an H200, 2026-12-01; a peer figure, not measured by this script"})
 
 
 if __name__ == "__main__":

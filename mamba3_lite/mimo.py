@@ -16,7 +16,6 @@ class MIMO(nn.Module):
         super().__init__()
         self.n_heads, self.head_dim = n_heads, head_dim
         self.mix = nn.Linear(n_heads * head_dim, n_heads * head_dim, bias=False)
-        self.mix._identity_init = True      # the model's initialiser skips modules carrying this flag
         self.reset_parameters()
 
     def reset_parameters(self):

@@ -200,8 +200,9 @@ class Mamba3Transformer(nn.Module):
     def reset_parameters(self):
         "The initialisation described above (works on the meta device too)."
         std, std_resid = self.cfg.init_std, self.cfg.init_std / math.sqrt(2 * self.cfg.n_layers)
+        mixers = {id(m.mix) for m in self.modules() if isinstance(m, MIMO)}   # identity-initialised by MIMO itself
         for name, m in self.named_modules():
-            if isinstance(m, nn.Linear) and not getattr(m, "_identity_init", False):
+            if isinstance(m, nn.Linear) and id(m) not in mixers:
                 if not (self.cfg.weight_tying and m is self.lm_head):           # tied: initialised as the embedding
                     nn.init.normal_(m.weight, 0.0, std_resid if name.endswith(("out_proj", "ffn.w2")) else std)
             elif isinstance(m, nn.Embedding):

@@ -180,7 +180,7 @@ def _train(cfg: TrainingConfig) -> int:
                              f"{out['skipped']} skipped, {out['rollbacks']} rollback(s); final weights in {out.get('final')}")
             if n: print("sample:\n" + trainer.sample("\n", max_new_tokens=n))
         elif n and trainer.env.distributed and trainer.cfg.parallel == "fsdp":
-            trainer.sample("\n", max_new_tokens=n)              # FSDP2: every rank takes part in the forward passes
+            trainer.sample("\n", max_new_tokens=n)     # FSDP2: sample() gathers the full weights, a collective every rank joins; the others then return ""
     finally: trainer.close()
     return 0
 
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
         preset = args.preset or (None if args.config or torch.cuda.is_available() else "tiny")
         cfg = build_config(preset, args.config, parse_overrides(rest))
         if launch.is_main:
-            print(f"preset: {preset or 'none (TrainingConfig defaults: the seed recipe)'}"
+            print(f"preset: {preset or 'none (TrainingConfig defaults: the original Mamba-3-Lite recipe)'}"
                   + (f", config: {args.config}" if args.config else "") + (f", overrides: {' '.join(rest)}" if rest else ""))
         if args.dry_run:
             if launch.is_main: dry_run(cfg, world_size=launch.world_size)

@@ -10,7 +10,7 @@ import torch
 
 # %% ../nbs/00a_testing.ipynb #8d2848ac
 def assert_close(actual, expected, rtol: float = 1e-4, atol: float = 1e-6, name: str = "") -> float:
-    "Assert `|actual - expected| <= atol + rtol * max|expected|` elementwise, all finite; return and print the max difference."
+    "Assert `max|actual - expected| <= atol + rtol * max|expected|`, all finite; return and print the max difference."
     actual, expected = torch.as_tensor(actual), torch.as_tensor(expected)
     assert actual.shape == expected.shape, f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     assert torch.isfinite(actual).all(), f"{name}: actual has NaN or inf"

@@ -441,7 +441,7 @@ def test_killed_prepare_leaves_no_acceptable_partial_output(big_txt, tmp_path):
     leftovers = [p for s in staging for p in s.iterdir()]
     assert all(p.name.startswith((".", "train_", "val_")) for p in leftovers) and not (staging[0] / "meta.json").exists()
     for p in leftovers:                                    # a shard file caught mid-write is never accepted: a temp
-        if p.name.endswith(".tmp"):                        # file gets its real header only once all its data is in
+        if ".tmp-" in p.name:                              # file gets its real header only once all its data is in
             try: tokens = read_shard(p)
             except ShardError: continue
             assert len(tokens) == 100_000, p               # killed between the header and the rename: complete

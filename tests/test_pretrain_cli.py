@@ -76,6 +76,10 @@ def test_config_file_and_overrides(tmp_path, corpus):
     (["--vocab_size", "256"], 2, "(did you mean --model.vocab_size?)"),
     (["--grad_checkpoint"], 2, "(did you mean --model.grad_checkpoint?)"),
     (["--model.d_model", "wide"], 2, "model.d_model: expected an integer, got 'wide'"),
+    (["--model.block_size", "64"], 2, "unknown option --model.block_size (did you mean --model.max_seq_len?)"),   # foreign names
+    (["--model.context_length", "64"], 2, "unknown option --model.context_length (did you mean --model.max_seq_len?)"),
+    (["--model.n_embd", "64"], 2, "unknown option --model.n_embd (did you mean --model.d_model?)"),
+    (["--model.n_layer", "2"], 2, "unknown option --model.n_layer (did you mean --model.n_layers?)"),
     (["--preset", "h100"], 2, "invalid choice: 'h100'"),
 ])
 def test_bad_values_name_the_field(args, status, message, capsys):
@@ -105,6 +109,26 @@ def test_old_spellings_in_a_file_get_a_hint(tmp_path, corpus, capsys):
     bad = write_config(tmp_path / "bad.yaml", corpus, tmp_path / "ck", model=dict(MODEL, d_modle=64))
     assert main(["--config", str(bad), "--dry-run"]) == 2
     assert "unknown ModelConfig field(s): model.d_modle (did you mean: model.d_modle -> model.d_model?)" in capsys.readouterr().err
+    for name, new in [("block_size", "max_seq_len"), ("context_length", "max_seq_len"), ("n_embd", "d_model"), ("n_head", "n_heads")]:
+        foreign = write_config(tmp_path / "foreign.yaml", corpus, tmp_path / "ck", model={**MODEL, name: 64})   # nanoGPT names in `model:`
+        assert main(["--config", str(foreign), "--dry-run"]) == 2
+        assert f"unknown ModelConfig field(s): model.{name} (did you mean: model.{name} -> model.{new}?)" in capsys.readouterr().err
+
+
+def test_dotted_model_keys_in_a_file(tmp_path, corpus, capsys):
+    from mamba3_lite.pretrain import build_config
+    nested = build_config(None, write_config(tmp_path / "nested.yaml", corpus, tmp_path / "ck"))
+    flat = write_config(tmp_path / "flat.yaml", corpus, tmp_path / "ck", model=None, **{f"model.{k}": v for k, v in MODEL.items()})
+    assert build_config(None, flat) == nested                        # `model.d_model: 32` is `model: {d_model: 32}`
+    assert main(["--config", str(flat), "--dry-run"]) == 0
+    capsys.readouterr()
+    both = write_config(tmp_path / "both.yaml", corpus, tmp_path / "ck", **{"model.d_model": 64})
+    assert main(["--config", str(both), "--dry-run"]) == 2
+    assert f"--config {both}: model.d_model: given twice" in capsys.readouterr().err
+    typo = write_config(tmp_path / "typo.yaml", corpus, tmp_path / "ck", model=None, **{"model.d_modle": 64})
+    assert main(["--config", str(typo), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "model.d_modle -> model.d_model" in err and "model.d_model -> model.d_model" not in err
 
 
 def test_nested_override_merges_onto_the_file(tmp_path, corpus):
@@ -123,7 +147,8 @@ def test_dry_run_and_defaults(capsys, monkeypatch):
     assert "memory per CPU process (estimate)" in out and "time to the token budget" in out
     assert main(["--preset", "h200", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "433,662,848 parameters" in out        # the original's 433,662,400 with each head's complex A counted once and "65,536" in out and "16.777B tokens" in out
+    # 433,662,848 real numbers: the original's 433,662,400 with each head's complex A counted as two reals
+    assert "433,662,848 parameters" in out and "65,536" in out and "16.777B tokens" in out
     assert "memory per GPU" in out and "H200 (no GPU here)" in out
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)      # a CUDA machine, no arguments: a summary only
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")

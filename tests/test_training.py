@@ -2,7 +2,7 @@
 
 The data is Shakespeare as bytes (vocab 256) written with `write_shard`, so the model is a few thousand parameters.
 """
-import json, lzma, os, socket, subprocess, sys
+import json, lzma, os, shutil, socket, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -125,6 +125,21 @@ def test_corrupt_checkpoint_falls_back(tmp_path, capsys):
     t = Pretrainer(tiny_cfg(tmp_path, max_steps=10, eval_every=0, resume="auto"))
     assert t.step == 4
     assert f"skipping {f}: truncated" in capsys.readouterr().out
+    assert t.train()["step"] == 10
+
+
+def test_checkpoint_moved_aside_by_a_killed_save_is_restored(tmp_path, capsys):
+    "A kill between publish_dir's two renames (re-saving an existing step) leaves only `.step_X.old-PID-RAND`: put back."
+    Pretrainer(tiny_cfg(tmp_path, max_steps=8, eval_every=0)).train()       # checkpoints 4 and 8
+    ck = tmp_path / "ck"
+    (ck / "step_00000008").rename(ck / ".step_00000008.old-4242-0badc0de")   # the old folder moved aside ...
+    (ck / ".tmp-step_00000008-4242").mkdir()                                 # ... the new one not renamed into place yet
+    shutil.copytree(ck / "step_00000004", ck / ".step_00000004.old-4242-0badc0de")   # a replaced copy not yet deleted
+    capsys.readouterr()
+    t = Pretrainer(tiny_cfg(tmp_path, max_steps=10, eval_every=0, resume="auto"))
+    out = capsys.readouterr().out
+    assert "restored step_00000008 from .step_00000008.old-4242-0badc0de" in out
+    assert t.step == 8 and sorted(p.name for p in ck.glob("*step_*")) == ["step_00000004", "step_00000008"]
     assert t.train()["step"] == 10
 
 

@@ -4,7 +4,8 @@ Checks, over `mamba3_lite/` and `nbs/`:
 1. sizes: a module (`_modidx.py` aside) has at most 400 lines; a notebook code cell at most 60 lines, or 90 when the
    cell holds one `@triton.jit` kernel;
 2. direction: a module imports only modules whose notebooks come before its own in course order (file-name order;
-   `index.ipynb`, which owns `__init__.py`, comes last). Imports inside functions count too;
+   `index.ipynb`, which owns `__init__.py`, comes last). Imports inside functions count too. Not seen: modules named
+   by string for `importlib` — the SSD registry (02a) and the package's lazy public names (index) do that on purpose;
 3. privacy: no module imports a `_private` name from another module of the package.
 Run: `python tools/check_layout.py` (exit 1 on any breach).
 """
@@ -76,9 +77,12 @@ def import_breaches() -> list[str]:
         if p.name == "__init__.py" and not p.read_text(encoding="utf-8").strip(): continue   # nbdev's empty package marker
         if name not in pos: out.append(f"{name}: no notebook owns it (hand-written or stale?)"); continue
         for mod, names in imports(p, name):
-            target = next((m for m in (mod, mod.rsplit(".", 1)[0]) if m in pos), None)
-            if target is not None and target != name and pos[target] > pos[name] and name != "mamba3_lite":
-                out.append(f"{name} imports {mod}, a later chapter")
+            # `from P import n` imports the module P.n when there is one, else the name n of module P
+            targets = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in pos] or ([mod] if mod in pos else [])
+            if not targets: out.append(f"{name} imports {mod}, which no notebook owns")
+            for target in targets:
+                if target != name and pos[target] > pos[name] and name != "mamba3_lite":
+                    out.append(f"{name} imports {target}, a later chapter")
             for n in names:
                 if n.startswith("_") and not n.startswith("__"): out.append(f"{name} imports the private name {mod}.{n}")
     return out

@@ -7,12 +7,12 @@ __all__ = ['SHARD_MAGIC', 'SHARD_VERSION', 'SHARD_HEADER_BYTES', 'ShardError', '
            'read_shard']
 
 # %% ../../nbs/06b_shards.ipynb #e37f7e31
-import os, struct, uuid
+import os, struct
 from pathlib import Path
 
 import numpy as np
 
-from ..runtime import fsync_dir, fsync_file
+from ..runtime import fsync_dir, fsync_file, temp_sibling
 
 # %% ../../nbs/06b_shards.ipynb #a85aeba5
 SHARD_MAGIC = b"M3LTOKEN"
@@ -37,7 +37,7 @@ class ShardWriter:
     def __init__(self, path, vocab_size: int):
         self.path, self.vocab_size = Path(path), int(vocab_size)
         self.dtype = np.dtype(f"<u{_token_width(self.vocab_size)}")
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        self.tmp = temp_sibling(self.path)            # .NAME.tmp-PID-RANDOM, hidden, in the shard's folder
         self.f = open(self.tmp, "xb")
         self.f.write(b"\0" * SHARD_HEADER_BYTES)     # zero magic: a half-written file is never a valid shard
         self.count = 0

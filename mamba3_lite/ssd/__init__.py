@@ -34,7 +34,9 @@ def ssd_backend(name: str):
         _warned_fallback = True
         warnings.warn(f"ssd_dispatch='triton' also needs {TRITON_ENV_VAR}=1; using the PyTorch SSD path", RuntimeWarning, stacklevel=2)
     module, attr = _IMPLEMENTATIONS[run]
-    try: return getattr(importlib.import_module(module), attr)
+    try:
+        if run == "triton": importlib.import_module("triton")     # the kernels' module imports without it; we must not
+        return getattr(importlib.import_module(module), attr)
     except ImportError as e:
         if run == "pytorch": raise
         raise ImportError(f"ssd_dispatch='triton' and {TRITON_ENV_VAR}=1, but {module} could not be imported ({e}); "

@@ -45,9 +45,17 @@ class CheckpointManager:
     "Atomic, validated checkpoints `directory/step_XXXXXXXX/{state.pt, COMPLETE}`; keeps the newest `keep_last` (>= 2)."
     def __init__(self, directory, keep_last: int = 3, is_writer: bool = True, log=print):
         self.dir, self.keep_last, self.is_writer, self.log = Path(directory), max(2, keep_last), is_writer, log
-        if self.is_writer and self.dir.exists():
-            for tmp in self.dir.glob(".tmp-step_*"):   # left by a process killed while writing
-                self.log(f"checkpoint: removing incomplete write {tmp}"); shutil.rmtree(tmp, ignore_errors=True)
+        if self.is_writer and self.dir.exists(): self.recover()
+
+    def recover(self):
+        "Clean up after a process killed while saving: put back a moved-aside checkpoint whose replacement never landed, drop temp folders."
+        for old in sorted(self.dir.glob(".step_*.old-*")):    # publish_dir(replace=True) moves the old folder aside first
+            final = self.dir / old.name[1:].split(".old-")[0]
+            if final.exists(): self.log(f"checkpoint: removing replaced copy {old}"); shutil.rmtree(old, ignore_errors=True)
+            else:                                             # killed between its two renames: the old folder is complete
+                os.rename(old, final); self.log(f"checkpoint: restored {final.name} from {old.name} (a save replacing it was killed)")
+        for tmp in self.dir.glob(".tmp-step_*"):   # left by a process killed while writing
+            self.log(f"checkpoint: removing incomplete write {tmp}"); shutil.rmtree(tmp, ignore_errors=True)
 
     def path_for(self, step: int) -> Path: return self.dir / f"step_{step:08d}"
 

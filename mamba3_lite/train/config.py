@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['ALIASES', 'COMPILE_MODES', 'PARALLEL_MODES', 'MODEL_FIELDS', 'TINY_MODEL', 'PRESETS', 'ConfigError', 'coerce_field',
-           'suggest_field', 'TrainingConfig', 'model_with']
+           'suggest_field', 'TrainingConfig', 'model_with', 'expand_model_keys']
 
 # %% ../../nbs/07a_config.ipynb #e53eae25
 import dataclasses, difflib, json, math, os, re
@@ -78,12 +78,16 @@ ALIASES = {"learning_rate": "lr", "steps": "max_steps", "train_steps": "max_step
 def suggest_field(name: str, names, model_names=()) -> str | None:
     "The field a misspelt, renamed or foreign (nanoGPT/HF) option `name` most likely means, spelt as it must be: one of `names`, or `model.X` for X in `model_names`."
     if name.startswith("model_config."): name = "model." + name.split(".", 1)[1]       # the old nesting
-    if name.startswith("model."):
-        s = suggest_field(name[len("model."):], model_names)
-        return s and f"model.{s}"
     names, model_names = list(names), list(model_names)
+    nested = [f"model.{m}" for m in model_names]
+    if name.startswith("model."):                        # inside `model` only a model field can be meant
+        sub = name[len("model."):]
+        if sub in model_names: return name
+        if ALIASES.get(sub) in nested: return ALIASES[sub]                              # model.block_size -> model.max_seq_len
+        close = difflib.get_close_matches(sub, model_names, n=1, cutoff=0.6)
+        return f"model.{close[0]}" if close else None
     if name in names: return name
-    if ALIASES.get(name) in names + [f"model.{m}" for m in model_names]: return ALIASES[name]
+    if ALIASES.get(name) in names + nested: return ALIASES[name]
     if name in model_names: return f"model.{name}"                                      # vocab_size -> model.vocab_size
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     if close: return close[0]
@@ -94,7 +98,7 @@ def suggest_field(name: str, names, model_names=()) -> str | None:
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PARALLEL_MODES = ("ddp", "fsdp")
 
-def _seed_model() -> ModelConfig: return ModelConfig(grad_checkpoint=True)   # the seed's recipe checkpoints every block
+def _seed_model() -> ModelConfig: return ModelConfig(grad_checkpoint=True)   # the original's recipe checkpoints every block
 
 @dataclass
 class TrainingConfig:
@@ -153,7 +157,7 @@ def model_with(base: ModelConfig, changes) -> ModelConfig:
     changes = {} if changes is None else coerce_field("model", dict, changes)
     unknown = [k for k in changes if k not in MODEL_FIELDS]
     if unknown:
-        hints = [f"model.{k} -> model.{s}" for k in unknown if (s := suggest_field(k, MODEL_FIELDS))]
+        hints = [f"model.{k} -> {s}" for k in unknown if (s := suggest_field(f"model.{k}", (), MODEL_FIELDS)) not in (None, f"model.{k}")]
         raise ConfigError(f"unknown ModelConfig field(s): {', '.join('model.' + k for k in unknown)}"
                           + (f" (did you mean: {', '.join(hints)}?)" if hints else "") + f"; known: {', '.join(MODEL_FIELDS)}")
     kw = {k: coerce_field(f"model.{k}", MODEL_FIELDS[k], v) for k, v in changes.items()}
@@ -188,13 +192,27 @@ def validate(self: TrainingConfig) -> TrainingConfig:
     return self
 
 # %% ../../nbs/07a_config.ipynb #1cb2bdab
+def expand_model_keys(d: Mapping) -> dict:
+    "`{'model.d_model': 64, 'model': {'n_layers': 2}, 'lr': 1e-3}` -> `{'model': {'n_layers': 2, 'd_model': 64}, 'lr': 1e-3}`: dotted keys folded into `model`."
+    out = {k: v for k, v in d.items() if not (isinstance(k, str) and k.startswith("model."))}
+    dotted = {k[len("model."):]: v for k, v in d.items() if isinstance(k, str) and k.startswith("model.")}
+    if not dotted: return out
+    model = out.get("model")
+    if isinstance(model, ModelConfig): model = dataclasses.asdict(model)          # taken as given, then the dotted keys
+    else:
+        model = coerce_field("model", dict, {} if model is None else model)
+        if both := [k for k in dotted if k in model]:
+            raise ConfigError(f"model.{both[0]}: given twice, under `model:` and as the key `model.{both[0]}`")
+    out["model"] = {**model, **dotted}
+    return out
+
 @patch(cls_method=True)
 def from_dict(cls: TrainingConfig, d: dict, base: TrainingConfig | None = None) -> TrainingConfig:
-    "Build from a dict (a YAML/JSON file, CLI overrides; `model` nested) on top of `base`; unknown keys and bad values raise `ConfigError`."
-    types = get_type_hints(cls)
+    "Build from a dict (a YAML/JSON file, CLI overrides; `model` nested, or dotted `model.X` keys) on top of `base`; unknown keys and bad values raise `ConfigError`."
+    types, d = get_type_hints(cls), expand_model_keys(d)
     unknown = sorted(k for k in d if k not in types)
     if unknown:
-        hints = [f"{k} -> {s}" for k in unknown if (s := suggest_field(k, types, MODEL_FIELDS))]
+        hints = [f"{k} -> {s}" for k in unknown if (s := suggest_field(k, types, MODEL_FIELDS)) not in (None, k)]
         raise ConfigError(f"unknown TrainingConfig field(s): {', '.join(unknown)}"
                           + (f" (did you mean: {', '.join(hints)}?)" if hints else "") + f"; known: {', '.join(types)}")
     base = cls() if base is None else base

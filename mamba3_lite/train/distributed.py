@@ -11,33 +11,37 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ..runtime import launch_env
+from ..runtime import LaunchEnv, launch_env
 
 # %% ../../nbs/07d_distributed.ipynb #8c3249ba
 @dataclass
 class DistEnv:
-    "This process's place in the run: its rank, the world size, its local rank and the device it uses."
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
+    "This process's place in the run: `launch` (chapter 00b's `LaunchEnv`: rank, world size, local rank) and the device it uses."
+    launch: LaunchEnv = field(default_factory=LaunchEnv)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     @property
-    def is_main(self) -> bool: return self.rank == 0
+    def rank(self) -> int: return self.launch.rank
     @property
-    def distributed(self) -> bool: return self.world_size > 1
+    def world_size(self) -> int: return self.launch.world_size
+    @property
+    def local_rank(self) -> int: return self.launch.local_rank
+    @property
+    def is_main(self) -> bool: return self.launch.is_main
+    @property
+    def distributed(self) -> bool: return self.launch.world_size > 1
 
 def init_distributed(device: str = "auto") -> DistEnv:
     "Read torchrun's environment (`launch_env`), pick the device, and join the process group when there is more than one rank."
     launch = launch_env()
-    rank, world, local = launch.rank, launch.world_size, launch.local_rank
+    local = launch.local_rank
     if device == "auto": device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None: dev = torch.device("cuda", local)
     if dev.type == "cuda": torch.cuda.set_device(dev)
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", rank=rank, world_size=world,
+    if launch.world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", rank=launch.rank, world_size=launch.world_size,
                                 **({"device_id": dev} if dev.type == "cuda" else {}))
-    return DistEnv(rank, world, local, dev)
+    return DistEnv(launch, dev)
 
 # %% ../../nbs/07d_distributed.ipynb #b1f5f4b0
 def agree_any(flag: bool, env: DistEnv) -> bool:

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..runtime import write_atomic
+
 # %% ../../nbs/07e_metrics.ipynb #5e450141
 def read_metrics(path) -> list[dict]:
     "The records of a metrics.jsonl (a half-written last line, from a kill, is ignored)."
@@ -53,7 +55,7 @@ class TrainingLogger:
             recs = read_metrics(self.path)
             if resume_step is None: recs = []          # a fresh run in an old directory starts a fresh file
             else: recs = [r for r in recs if r.get("kind") == "event" or r.get("step", 0) <= resume_step]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in recs))     # a kill now leaves the old file or the new
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter

@@ -18,6 +18,7 @@ from fastcore.basics import patch
 from tqdm import tqdm
 
 from ..model import ModelConfig, Mamba3Transformer
+from ..runtime import write_atomic
 from ..ssd import effective_backend
 from ..data.tokenizer import get_tokenizer
 from ..data.shards import ShardError
@@ -86,7 +87,7 @@ class Pretrainer:
         self.logger = TrainingLogger(cfg.checkpoint_dir, enabled=main, tensorboard=cfg.tensorboard,
                                      resume_step=self.step if resumed_from else None, echo=self.echo)
         if main:
-            (Path(cfg.checkpoint_dir) / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+            write_atomic(Path(cfg.checkpoint_dir) / "config.json", json.dumps(cfg.to_dict(), indent=1))   # never half a file
         if resumed_from:
             self.logger.event(self.step, "resume", f"resumed from {resumed_from} (step {self.step}, {self.tokens_seen:,} tokens seen)")
 
