@@ -15,6 +15,7 @@ py_versions = '3.10 3.11 3.12 3.13'.split()
 
 requirements = shlex.split(cfg.get('requirements', ''))
 dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
+docs_requirements = shlex.split(cfg.get('docs_requirements', ''))   # the course site: docs_site/README.md
 lic = licenses[cfg['license'].lower()]
 min_python = cfg['min_python']
 
@@ -37,7 +38,7 @@ setuptools.setup(
     include_package_data=True,
     package_data={cfg['lib_name']: ['assets/*']},
     install_requires=requirements,
-    extras_require={'dev': dev_requirements},
+    extras_require={'dev': dev_requirements, 'docs': docs_requirements},
     python_requires='>=' + min_python,
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',

@@ -276,9 +276,19 @@ def sample_next(logits, temperature: float = 1.0, top_k=None, generator=None):
 @patch
 @torch.inference_mode()
 def generate(self: Mamba3Transformer, idx, max_new_tokens: int, temperature: float = 1.0, top_k=None, generator=None):
-    "Prefill `idx` (B, T) with one chunked forward, then sample `max_new_tokens` by `step`; returns (B, T + max_new_tokens)."
+    "Prefill `idx` (B, T) with one chunked forward, then sample `max_new_tokens` by `step`; returns (B, T + max_new_tokens). A 1-D `idx` (T,) is one prompt: the result is 1-D too."
+    if not isinstance(idx, torch.Tensor): raise TypeError(f"generate: idx must be a tensor of token ids, (B, T) or (T,), got {type(idx).__name__}")
+    if idx.dim() not in (1, 2): raise ValueError(f"generate: idx must be token ids of shape (B, T) or (T,), got shape {tuple(idx.shape)}")
+    if idx.numel() == 0: raise ValueError(f"generate: idx is empty (shape {tuple(idx.shape)}); a prompt needs at least one token")
+    if isinstance(max_new_tokens, bool) or not hasattr(type(max_new_tokens), "__index__"):
+        raise TypeError(f"generate: max_new_tokens must be an integer, got {max_new_tokens!r}")
+    max_new_tokens = max_new_tokens.__index__()                             # numpy / torch integers too
+    if max_new_tokens < 0: raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
     if not temperature >= 0: raise ValueError(f"generate: temperature must be >= 0 (0 = greedy), got {temperature}")
     if top_k is not None and top_k < 1: raise ValueError(f"generate: top_k must be None or >= 1, got {top_k}")
+    self._check_ids(idx)
+    one = idx.dim() == 1
+    if one: idx = idx[None]                                                # (T,) -> (1, T)
     was_training = self.training
     self.eval()
     try:
@@ -293,7 +303,8 @@ def generate(self: Mamba3Transformer, idx, max_new_tokens: int, temperature: flo
                     logits, state = self.step(nxt, state)
     finally:
         self.train(was_training)
-    return torch.cat(out, dim=1)
+    out = torch.cat(out, dim=1)
+    return out[0] if one else out
 
 @patch
 def param_groups(self: Mamba3Transformer, weight_decay: float = 0.1) -> list:

@@ -726,7 +726,7 @@ def test_cli_end_to_end(inputs, tmp_path):
     prepare([str(inputs)], tmp_path / "api", val_fraction=0.2, shard_tokens=50_000, workers=1, progress=False)
     assert _tree(out) == _tree(tmp_path / "api")                                          # CLI = API, any worker count
     r = _cli("info", out / "train_000000.bin", out / "meta.json")
-    assert r.returncode == 1 and json.loads(r.stdout.splitlines()[0])["tokens"] == 50_000
+    assert r.returncode == 2 and json.loads(r.stdout.splitlines()[0])["tokens"] == 50_000       # a damaged shard: the user's
     assert r.stderr.startswith(f"error: {out / 'meta.json'}: ") and "not a mamba3_lite token shard" in r.stderr
 
 
@@ -744,10 +744,11 @@ def test_cli_bad_arguments(args, fragment, capsys):
     assert e.value.code == 2 and fragment in capsys.readouterr().err
 
 
-def test_cli_errors_exit_1(tmp_path, capsys):
-    assert main(["prepare", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "o"), "--no-progress"]) == 1
+def test_cli_user_errors_exit_2(tmp_path, capsys):
+    "Bad inputs are the user's to fix: status 2 (issue 9; a failure of the machine, like a full disk, is 1)."
+    assert main(["prepare", str(tmp_path / "nope.txt"), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
     assert capsys.readouterr().err == f"error: input not found: {tmp_path / 'nope.txt'}\n"
-    assert main(["info", str(tmp_path / "nope.bin")]) == 1
+    assert main(["info", str(tmp_path / "nope.bin")]) == 2
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")       # runpy: the module is already imported

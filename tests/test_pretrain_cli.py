@@ -59,7 +59,7 @@ def test_config_file_and_overrides(tmp_path, corpus):
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [
         "config.json", "final", "loss_curve.png", "metrics.jsonl", "step_00000004", "step_00000008", "tb"]
     assert list((tmp_path / "ck" / "tb").glob("events.out.tfevents.*"))
-    assert sorted(p.name for p in (tmp_path / "ck" / "final").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "ck" / "final").iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors"]
     assert "sample:" in r.stdout and "done: step 8" in r.stdout
 
 
@@ -224,7 +224,8 @@ def test_resume_with_a_different_model_is_refused(tmp_path, corpus):
     assert main(["--config", str(cfgf)]) == 0
     r = cli("--config", cfgf, "--resume", "auto", "--model.n_layers", "3")
     assert r.returncode == 1
-    assert "refusing to resume from" in r.stderr and "model n_layers: checkpoint 2, this run 3" in r.stderr
+    assert "refusing to resume from" in r.stderr and "model.n_layers: 2 -> 3" in r.stderr     # issue 9: `field: old -> new` lines
+    assert "Traceback" not in r.stderr and r.stderr.startswith("error: refusing to resume from")
 
 
 def test_example_configs_match_the_presets():

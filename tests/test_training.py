@@ -100,10 +100,11 @@ def test_nan_guard_rolls_back_after_5_and_finishes(tmp_path):
     t = NanAt(tiny_cfg(tmp_path, max_steps=16), bad)
     out = t.train()
     ev = [r for r in read_metrics(tmp_path / "ck" / "metrics.jsonl") if r["kind"] == "event"]
-    assert [e["event"] for e in ev] == ["nan_skip"] * 4 + ["rollback"], ev
-    assert ev[-1]["to_step"] == 12 and "step_00000012" in ev[-1]["message"]   # the newest checkpoint (written after the 4th skip)
+    # step 12's checkpoint is not written: its loss is NaN (issue 9: nothing is saved after a non-finite step)
+    assert [e["event"] for e in ev] == ["nan_skip"] * 4 + ["save_refused", "rollback"], ev
+    assert ev[-1]["to_step"] == 8 and "step_00000008" in ev[-1]["message"]     # the newest checkpoint, the last good one
     assert out == {**out, "step": 16, "skipped": 5, "rollbacks": 1}
-    assert t.sampler.position == 2 * (13 + 4)        # the data kept going: 13 steps, back to 12, 4 more
+    assert t.sampler.position == 2 * (13 + 8)        # the data kept going: 13 steps, back to 8, 8 more
     assert all(torch.isfinite(p).all() for p in t.model.parameters())
     assert Path(out["final"], "model.safetensors").exists()
 
@@ -145,11 +146,14 @@ def test_checkpoint_moved_aside_by_a_killed_save_is_restored(tmp_path, capsys):
 
 def test_resume_with_other_model_or_data_is_refused(tmp_path):
     Pretrainer(tiny_cfg(tmp_path, max_steps=4, eval_every=0)).train()
-    with pytest.raises(ResumeError, match=r"model d_model: checkpoint 32, this run 64"):
+    with pytest.raises(ResumeError, match=r"model\.d_model: 32 -> 64"):
         Pretrainer(tiny_cfg(tmp_path, resume="auto", model={"d_model": 64}))
-    with pytest.raises(ResumeError, match=r"data max_seq_len: checkpoint 32, this run 16"):
+    with pytest.raises(ResumeError, match=r"model\.max_seq_len: 32 -> 16"):
         Pretrainer(tiny_cfg(tmp_path, resume="auto", model={"max_seq_len": 16}))
-    t = Pretrainer(tiny_cfg(tmp_path, resume="auto", max_steps=6, lr=1e-3, model={"grad_checkpoint": True}))   # fine to change
+    with pytest.raises(ResumeError, match=r"lr: 0\.003 -> 0\.001"):           # issue 9: a new lr needs the user's word
+        Pretrainer(tiny_cfg(tmp_path, resume="auto", max_steps=6, lr=1e-3))
+    t = Pretrainer(tiny_cfg(tmp_path, resume="auto", max_steps=6, lr=1e-3, model={"grad_checkpoint": True},   # fine to change
+                            allow_config_change="lr"))
     assert t.step == 4
 
 

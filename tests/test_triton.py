@@ -289,6 +289,17 @@ def test_every_gradient_nonzero():
         assert g is not None and g.abs().sum() > 0
 
 
+@cpu_interp
+def test_per_chunk_a100_backward_variant():
+    "05e's backward for sm_80 (RELOAD: B and C read twice, to fit 163 KB of shared memory) equals the H200's, bit for bit."
+    ins = _pc_inputs(x_complex=True)
+    a, b = (per_chunk.per_chunk_ssd_triton(*ins, backward_config=per_chunk.per_chunk_backward_config(cap))
+            for cap in ((8, 0), (9, 0)))
+    assert per_chunk.per_chunk_backward_config((8, 0))["RELOAD"] and not per_chunk.per_chunk_backward_config((9, 0))["RELOAD"]
+    for x, y, n in zip(_grads(a, ins), _grads(b, ins), ("dB", "dC", "dX", "dA_log", "ddecay")):
+        assert torch.equal(x, y), n
+
+
 # ---------------------------------------------------------------------------------------------------- GPU (H200)
 @pytest.mark.skipif(not (HAS_CUDA and phases.HAS_TRITON), reason="needs CUDA and triton")
 class TestGPU:
@@ -348,3 +359,13 @@ class TestGPU:
             assert_close(_flat(a), _flat(b), rtol=1e-4, name="gpu per-chunk " + n)
         for a, b, n in zip(_grads(out, ins), _grads(ref, ins), ("dB", "dC", "dX", "dA_log", "ddecay")):
             assert_close(_flat(a), _flat(b), rtol=1e-4, name="gpu per-chunk " + n)
+
+
+    @pytest.mark.parametrize("cap", [(8, 0), (9, 0)])
+    def test_per_chunk_gpu_backward_configs(self, cap):
+        "The A100's backward variant of 05e (RELOAD) and the H200's both give the reference gradients on this GPU."
+        ins = [t.detach().cuda().requires_grad_() for t in _pc_inputs(Q=16, N=16, P=16, H=2, x_complex=True)]
+        out = per_chunk.per_chunk_ssd_triton(*ins, backward_config=per_chunk.per_chunk_backward_config(cap))
+        ref = per_chunk_ssd_pytorch(*ins)
+        for a, b, n in zip(_grads(out, ins), _grads(ref, ins), ("dB", "dC", "dX", "dA_log", "ddecay")):
+            assert_close(_flat(a), _flat(b), rtol=1e-4, name=f"gpu per-chunk sm_{cap[0]}{cap[1]} config " + n)

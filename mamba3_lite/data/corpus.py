@@ -38,7 +38,7 @@ def _cache_root(cache_dir=None) -> Path:
 def builtin_corpus(cache_dir=None, progress: bool = False) -> Path:
     "Folder of train_*.bin / val_*.bin shards of the Shakespeare corpus the package ships (tokenized on first use, then cached)."
     src = assets_dir() / BUILTIN_CORPUS_FILE
-    recipe = f"{sha256_file(src)} {GPT2_RANKS_SHA256} v{SHARD_VERSION} f={BUILTIN_VAL_FRACTION} eot-before"
+    recipe = f"{sha256_file(src)} {GPT2_RANKS_SHA256} v{SHARD_VERSION} f={BUILTIN_VAL_FRACTION} eot-before content-sha256"
     out = _cache_root(cache_dir) / f"shakespeare-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
     if not (out / "meta.json").is_file():
         # One process: no fork inside a trainer that may already hold a GPU context. Ranks racing here are safe.

@@ -6,7 +6,7 @@
 __all__ = ['PretrainDataset', 'shuffled_order', 'ResumableSampler', 'batches']
 
 # %% ../../nbs/06f_loader.ipynb #52b9c938
-import bisect, json
+import bisect, json, operator
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,27 +19,28 @@ from .shards import read_shard
 if TYPE_CHECKING: import torch    # imported where tensors are made: `prepare` and the CLI start without it
 
 # %% ../../nbs/06f_loader.ipynb #a7d57358
-def _check_meta(folder: Path, found: dict):
-    "If `folder/meta.json` exists, the shards it lists must be exactly the shards present."
+def _check_meta(folder: Path, found: dict) -> dict | None:
+    "If `folder/meta.json` exists, the shards it lists must be exactly the shards present; return it (None if there is none)."
     meta_path = folder / "meta.json"
-    if not meta_path.is_file(): return
-    try: listed = json.loads(meta_path.read_text())["shards"]
+    if not meta_path.is_file(): return None
+    try: meta = json.loads(meta_path.read_text()); listed = meta["shards"]
     except (ValueError, KeyError, TypeError) as e: raise ValueError(f"{meta_path}: not a prepare meta.json ({e})") from None
     for split in ("train", "val"):
         want, have = [s["file"] for s in listed.get(split, [])], [p.name for p in found[split]]
         if want != have: raise ValueError(f"{folder}: {split} shards {have} do not match meta.json {want}; the folder is incomplete")
+    return meta
 
-def _split_files(path: Path, split: str) -> tuple[list[Path], bool]:
-    "The shard files that serve `split` from `path`, and whether the split is (next to) the held-out tail of their stream."
+def _split_files(path: Path, split: str) -> tuple[list[Path], bool, dict | None]:
+    "The shard files that serve `split` from `path`, whether the split is (next to) the held-out tail of their stream, the meta."
     if path.is_dir():
         found = {s: sorted(path.glob(f"{s}_*.bin")) for s in ("train", "val")}
-        _check_meta(path, found)
+        meta = _check_meta(path, found)
         if found["val"] or (split == "train" and not found["train"]):
             files, held_out_tail = found[split], False
         else: files, held_out_tail = found["train"], True
         if not files: raise ValueError(f"{path}: no {split}_*.bin shards")
-        return files, held_out_tail
-    if path.is_file(): return [path], True
+        return files, held_out_tail, meta
+    if path.is_file(): return [path], True, None
     raise FileNotFoundError(f"data_path not found: {path}")
 
 # %% ../../nbs/06f_loader.ipynb #daf63779
@@ -48,10 +49,14 @@ class PretrainDataset:
     def __init__(self, data_path, max_seq_len: int, vocab_size: int, split: str = "train",
                  val_fraction: float = 0.05, check_tokens: bool = True):
         if split not in ("train", "val"): raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-        if max_seq_len < 1: raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
+        try: T = 0 if isinstance(max_seq_len, bool) else operator.index(max_seq_len)    # 2.5, "8", True: refused
+        except TypeError: T = 0
+        if T < 1: raise ValueError(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
         if not 0 <= val_fraction < 1: raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-        self.data_path, self.max_seq_len, self.vocab_size, self.split = Path(data_path), int(max_seq_len), int(vocab_size), split
-        self.files, self.held_out_tail = _split_files(self.data_path, split)
+        self.data_path, self.max_seq_len, self.vocab_size, self.split = Path(data_path), int(T), int(vocab_size), split
+        self.files, self.held_out_tail, meta = _split_files(self.data_path, split)
+        digest = (meta or {}).get("content_sha256")
+        self._content_sha256 = digest if isinstance(digest, str) else None
         self.shards = [read_shard(f, self.vocab_size, check_tokens) for f in self.files]
         self._offsets = np.cumsum([0] + [len(s) for s in self.shards]).tolist()   # shard k holds stream[offsets[k]:offsets[k+1]]
         n = self._offsets[-1]
@@ -63,7 +68,7 @@ class PretrainDataset:
         self.n_windows = max(0, (self.n_tokens - 1) // self.max_seq_len)
         if self.n_windows == 0:
             raise ValueError(f"{self.data_path}: the {split} split has {self.n_tokens:,} tokens, fewer than one window "
-                             f"of max_seq_len + 1 = {self.max_seq_len + 1:,}")
+                             f"of max_seq_len + 1 = {self.max_seq_len + 1:,}; lower max_seq_len or give it more data")
 
     def __len__(self): return self.n_windows
 
@@ -100,6 +105,11 @@ def __getstate__(self: PretrainDataset): return {k: v for k, v in self.__dict__.
 def __setstate__(self: PretrainDataset, state):
     self.__dict__.update(state)
     self.shards = [read_shard(f, self.vocab_size, check_tokens=False) for f in self.files]
+
+@patch(as_prop=True)
+def content_sha256(self: PretrainDataset) -> str | None:
+    "The hash of the shards that `prepare` recorded in the folder's meta.json (06b); None for shards without one."
+    return self._content_sha256
 
 @patch
 def __repr__(self: PretrainDataset):

@@ -6,7 +6,7 @@
 __all__ = ['is_val_doc', 'default_workers', 'prepare']
 
 # %% ../../nbs/06d_prepare.ipynb #e3fe856f
-import json, multiprocessing, os, re, shutil, signal, sys, warnings
+import json, multiprocessing, os, re, shutil, signal, socket, sys, uuid, warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -15,10 +15,13 @@ import numpy as np
 import tiktoken
 from tqdm import tqdm
 
-from ..runtime import publish_dir, temp_sibling, write_atomic
+from ..runtime import fsync_dir, publish_dir, write_atomic
 from .tokenizer import EOT_ID, GPT2_RANKS_SHA256, get_tokenizer
-from .shards import SHARD_VERSION, ShardWriter
+from .shards import SHARD_VERSION, ShardWriter, content_sha256
 from .sources import documents, resolve_inputs
+
+try: import fcntl
+except ImportError: fcntl = None      # no flock (Windows): staging folders are told apart by host and pid alone
 
 # %% ../../nbs/06d_prepare.ipynb #697a5a05
 def is_val_doc(i: int, val_fraction: float) -> bool:
@@ -74,19 +77,16 @@ def _encode_task(task) -> tuple[np.ndarray, np.ndarray]:
 def _tasks(sources: list[dict], val_fraction: float, stats: dict) -> Iterator[list]:
     "Cut the documents of `sources` into tasks of about `_TASK_CHARS` characters (independent of the worker count)."
     task, size, doc = [], 0, 0
-    for src in sources:
-        try:
-            for blocks in documents(src):
-                is_val, first = is_val_doc(doc, val_fraction), True
-                for piece in _pieces(blocks):
-                    task.append((is_val, first, piece)); first = False
-                    size += len(piece)
-                    if size >= _TASK_CHARS: yield task; task, size = [], 0
-                if not first:                         # empty documents are skipped and not counted
-                    stats["documents"]["val" if is_val else "train"] += 1
-                    doc += 1
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{src.get('path', src['spec'])}: not UTF-8 text ({e.reason} at byte {e.start} of a block)") from None
+    for src in sources:                               # text that is not UTF-8 is a ValueError naming the byte (06c)
+        for blocks in documents(src):
+            is_val, first = is_val_doc(doc, val_fraction), True
+            for piece in _pieces(blocks):
+                task.append((is_val, first, piece)); first = False
+                size += len(piece)
+                if size >= _TASK_CHARS: yield task; task, size = [], 0
+            if not first:                             # empty documents are skipped and not counted
+                stats["documents"]["val" if is_val else "train"] += 1
+                doc += 1
     if task: yield task
 
 # %% ../../nbs/06d_prepare.ipynb #3ea0e408
@@ -117,8 +117,9 @@ class _SplitWriter:
             self.writer.write(tokens[:take]); tokens = tokens[take:]
             if self.writer.count == self.shard_tokens: self._finish()
     def _finish(self):
-        self.shards.append(dict(file=self.writer.path.name, tokens=self.writer.count))
-        self.writer.close(); self.writer = None
+        self.writer.close()
+        self.shards.append(dict(file=self.writer.path.name, tokens=self.writer.count, sha256=self.writer.sha256))
+        self.writer = None
     def close(self) -> list[dict]:
         if self.writer is not None: self._finish()
         return self.shards
@@ -141,21 +142,134 @@ def _check_options(val_fraction: float, shard_tokens: int, workers: int | None) 
         warnings.warn("prepare: a daemonic process can't start workers; tokenizing in this process"); workers = 1
     return workers
 
+_SHARD_NAME = re.compile(r"(train|val)_\d{6}\.bin")
+
+def _written_by_prepare(folder: Path) -> set[str] | None:
+    "The names of the files that `folder/meta.json` says prepare wrote (its shards, and itself); None if it can't be read."
+    try: shards = json.loads((folder / "meta.json").read_text())["shards"]
+    except (OSError, ValueError, KeyError, TypeError): return None
+    try: names = {s["file"] for split in ("train", "val") for s in shards.get(split, [])}
+    except (AttributeError, KeyError, TypeError): return None
+    return {x for x in names if isinstance(x, str) and _SHARD_NAME.fullmatch(x)} | {"meta.json"}   # plain names only
+
+def _others(folder: Path, ours: set[str]) -> list[Path]:
+    "What is in `folder` besides the plain files named in `ours`."
+    return sorted(p for p in folder.iterdir() if p.name not in ours or p.is_symlink() or not p.is_file())
+
+def _names(paths: list[Path], k: int = 5) -> str:
+    names = [p.name + ("/" if p.is_dir() else "") for p in paths]
+    return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
+
+def _check_inputs_outside(sources: list[dict], out_dir: Path):
+    "Refuse an input file inside `out_dir`: replacing the folder would delete it."
+    root = os.path.realpath(out_dir)
+    for s in sources:
+        if "path" in s and Path(os.path.realpath(s["path"])).is_relative_to(root):
+            raise ValueError(f"input {s['path']} lies inside the output folder {out_dir}; write the output to another folder")
+
 def _check_out_dir(out_dir: Path, overwrite: bool):
+    "`out_dir` must be missing or empty, or (with `overwrite`) hold a previous output of prepare and nothing else."
     if out_dir.exists() and not out_dir.is_dir(): raise FileExistsError(f"{out_dir} exists and is not a folder")
-    if out_dir.is_dir() and any(out_dir.iterdir()):
-        if not overwrite: raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True (--overwrite) to replace it")
-        if not (out_dir / "meta.json").is_file():
-            raise FileExistsError(f"refusing to overwrite {out_dir}: it is not an output of prepare (no meta.json)")
+    if blocker := next((a for a in out_dir.parents if a.exists() and not a.is_dir()), None):
+        raise FileExistsError(f"{blocker} is a file, so {out_dir} can't be a folder")
+    if not (out_dir.is_dir() and any(out_dir.iterdir())): return
+    if not overwrite: raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True (--overwrite) to replace it")
+    ours = _written_by_prepare(out_dir)
+    if ours is None: raise FileExistsError(f"refusing to overwrite {out_dir}: it is not an output of prepare (no meta.json that lists its files)")
+    if others := _others(out_dir, ours):
+        raise FileExistsError(f"refusing to overwrite {out_dir}: it holds files prepare did not write ({_names(others)}); "
+                              "move them away or write the output to another folder")
+
+# %% ../../nbs/06d_prepare.ipynb #0ca148d1
+_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+
+def _temp_name(out_dir: Path, tag: str) -> Path:
+    "A hidden folder name next to `out_dir` that says who made it: `.OUT.TAG-HOST-PID-RANDOM`."
+    return out_dir.with_name(f".{out_dir.name}.{tag}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+def _lock(folder: Path) -> int | None:
+    "Take an exclusive `flock` on `folder` (held until the fd is closed or the process dies); None if another process holds it."
+    fd = os.open(folder, os.O_RDONLY)
+    if fcntl is None: return fd
+    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError: os.close(fd); return None
+    except OSError: pass                          # a file system without flock: host and pid still tell
+    return fd
+
+def _finish_replace(old: Path, out_dir: Path):
+    "Delete from `old` (an earlier output moved aside) the files its meta.json lists; move anything else back into `out_dir`."
+    ours, left = _written_by_prepare(old) or {"meta.json"}, []
+    for p in sorted(old.iterdir(), key=lambda p: p.name == "meta.json"):   # meta.json last: it says what the rest is
+        if p.name in ours and p.is_file() and not p.is_symlink(): p.unlink()
+        elif not os.path.lexists(out_dir / p.name): os.rename(p, out_dir / p.name)
+        else: left.append(p)
+    if left: _say(f"left {old}: it holds {_names(left)}, which prepare did not write and could not move back into {out_dir}")
+    else: old.rmdir()
+    fsync_dir(out_dir.parent)
+
+def _replace(staging: Path, out_dir: Path):
+    "Put the finished `staging` in the place of the earlier output `out_dir`, deleting only what that output's meta.json lists."
+    old, fd = _temp_name(out_dir, "old"), _lock(out_dir)
+    try:
+        os.rename(out_dir, old)
+        try: os.rename(staging, out_dir)          # a kill between the two renames: the next prepare puts `old` back
+        except BaseException: os.rename(old, out_dir); raise
+        fsync_dir(out_dir.parent)
+        _finish_replace(old, out_dir)
+    finally:
+        if fd is not None: os.close(fd)
 
 def _publish(staging: Path, out_dir: Path, overwrite: bool, keep_existing: bool):
     "Rename the finished `staging` onto `out_dir`: an old output is replaced only if `overwrite`, or kept if `keep_existing`."
-    try: publish_dir(staging, out_dir, replace=overwrite and not keep_existing)
+    try: publish_dir(staging, out_dir)            # one atomic rename while `out_dir` is missing or empty
     except FileExistsError:
         if keep_existing and (out_dir / "meta.json").is_file():   # another process finished first: use its output
             shutil.rmtree(staging, ignore_errors=True); return
         if not overwrite: raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True (--overwrite) to replace it") from None
-        publish_dir(staging, out_dir, replace=True)
+        if _written_by_prepare(out_dir) is None:  # changed while we tokenized
+            raise FileExistsError(f"refusing to overwrite {out_dir}: it is no longer an output of prepare (its meta.json is gone)") from None
+        _replace(staging, out_dir)
+
+# %% ../../nbs/06d_prepare.ipynb #00e27337
+_STAGED = re.compile(r"(train|val)_\d{6}\.bin|meta\.json|\.((train|val)_\d{6}\.bin|meta\.json)\.tmp-\d+-[0-9a-f]{8}")
+
+def _say(msg: str): print(f"prepare: {msg}", file=sys.stderr, flush=True)
+
+def _alive(pid: int) -> bool:
+    "Is there a process `pid` on this machine?"
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: pass                  # someone else's process
+    return True
+
+def _clean_stale(out_dir: Path):
+    "Remove the staging folders of prepares of `out_dir` that died on this machine; finish a replace that was cut short."
+    pattern = re.compile(rf"\.{re.escape(out_dir.name)}\.(partial|old)-(.+)-(\d+)-[0-9a-f]{{8}}")
+    if not out_dir.parent.is_dir(): return
+    for p in sorted(out_dir.parent.iterdir()):
+        m = pattern.fullmatch(p.name)
+        if not m or m[2] != _HOST or _alive(int(m[3])) or p.is_symlink() or not p.is_dir(): continue
+        try: fd = _lock(p)
+        except OSError: continue                  # can't even open it: not ours to judge
+        if fd is None: continue                   # held: a prepare in another pid namespace is using it
+        try:
+            if m[1] == "old":                     # killed while replacing `out_dir`
+                if out_dir.is_dir() and not any(out_dir.iterdir()): out_dir.rmdir()
+                if not out_dir.exists():
+                    os.rename(p, out_dir); _say(f"restored {out_dir}, which an interrupted --overwrite had moved to {p.name}")
+                else: _finish_replace(p, out_dir); _say(f"finished replacing {out_dir} (the earlier output's files in {p.name})")
+            elif others := [q for q in p.iterdir() if not _STAGED.fullmatch(q.name) or q.is_symlink() or not q.is_file()]:
+                _say(f"left {p}: it looks like a staging folder of prepare but holds files prepare did not write ({_names(others)})")
+            else: shutil.rmtree(p); _say(f"removed {p}, the staging folder of an interrupted prepare")
+        except OSError as e: _say(f"could not clean up {p}: {e}")
+        finally: os.close(fd)
+
+def _where(e: OSError, staging: Path, out_dir: Path) -> str | None:
+    "The path to name for an error while writing into `staging`: `out_dir` (its parent if `staging` itself could not be made)."
+    if e.errno is None: return None
+    if e.filename is None: return str(out_dir)    # a full disk inside write(): no path of its own
+    f = Path(os.fsdecode(e.filename))
+    return str(out_dir.parent) if f == staging else str(out_dir) if staging in f.parents else None
 
 # %% ../../nbs/06d_prepare.ipynb #2c6e1f25
 def _tokenize_into(writers: dict, sources: list[dict], val_fraction: float, workers: int, stats: dict, name: str, progress: bool):
@@ -178,7 +292,7 @@ def _tokenize_into(writers: dict, sources: list[dict], val_fraction: float, work
         if pool is not None: pool.terminate(); pool.join()
 
 def _meta(enc: tiktoken.Encoding, sources: list[dict], val_fraction: float, shard_tokens: int, n_docs: dict, shards: dict) -> dict:
-    "What `meta.json` records: format, tokenizer, options, inputs, and the document, token and shard counts."
+    "What `meta.json` records: format, tokenizer, options, inputs, the document, token and shard counts, and hashes."
     return dict(
         format="mamba3_lite token shards", shard_version=SHARD_VERSION,
         tokenizer=dict(name=enc.name, n_vocab=enc.n_vocab, eot_id=EOT_ID, ranks_sha256=GPT2_RANKS_SHA256),
@@ -186,8 +300,11 @@ def _meta(enc: tiktoken.Encoding, sources: list[dict], val_fraction: float, shar
         val_fraction=val_fraction, shard_tokens=int(shard_tokens),
         inputs=[dict(spec=s["spec"], kind=s["kind"], file=s.get("rel"),
                      bytes=s["path"].stat().st_size if "path" in s else None) for s in sources],
-        documents=n_docs, tokens={s: sum(x["tokens"] for x in v) for s, v in shards.items()}, shards=shards)
+        documents=n_docs, tokens={s: sum(x["tokens"] for x in v) for s, v in shards.items()}, shards=shards,
+        content_sha256=content_sha256({x["file"]: x["sha256"] for v in shards.values() for x in v}))
 
+
+# %% ../../nbs/06d_prepare.ipynb #d3aa8bf5
 def prepare(inputs, out_dir, val_fraction: float = 0.005, shard_tokens: int = 100_000_000, workers: int | None = None,
             overwrite: bool = False, progress: bool = True, keep_existing: bool = False) -> dict:
     "Tokenize `inputs` (files, folders, `hf:NAME[:CONFIG]`) with GPT-2 into train/val shards in `out_dir`; return its meta."
@@ -195,15 +312,17 @@ def prepare(inputs, out_dir, val_fraction: float = 0.005, shard_tokens: int = 10
     inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     sources = resolve_inputs(inputs)
     out_dir = Path(os.path.abspath(out_dir))           # absolute (`--out .` has no name to put a staging folder next to)
+    _check_inputs_outside(sources, out_dir)
+    _clean_stale(out_dir)
     if keep_existing and (out_dir / "meta.json").is_file(): return json.loads((out_dir / "meta.json").read_text())
     _check_out_dir(out_dir, overwrite)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = temp_sibling(out_dir, "partial")
-    staging.mkdir()
+    staging, lock, writers = _temp_name(out_dir, "partial"), None, {}
     enc = get_tokenizer()                              # load before forking: the workers inherit it
     stats = {"documents": {"train": 0, "val": 0}}
-    writers = {s: _SplitWriter(staging, s, int(shard_tokens), enc.n_vocab) for s in ("train", "val")}
     try:
+        staging.mkdir(); lock = _lock(staging)         # held while we work: no other prepare takes it for stale
+        writers = {s: _SplitWriter(staging, s, int(shard_tokens), enc.n_vocab) for s in ("train", "val")}
         _tokenize_into(writers, sources, val_fraction, workers, stats, out_dir.name, progress)
         shards = {s: w.close() for s, w in writers.items()}
         n_docs = stats["documents"]
@@ -212,7 +331,11 @@ def prepare(inputs, out_dir, val_fraction: float = 0.005, shard_tokens: int = 10
         write_atomic(staging / "meta.json", json.dumps(meta, indent=1, sort_keys=True) + "\n")
         _publish(staging, out_dir, overwrite, keep_existing)
         return meta
-    except BaseException:
+    except BaseException as e:
         for w in writers.values(): w.abort()
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, OSError) and (where := _where(e, staging, out_dir)):   # name the output, not our hidden folder
+            raise type(e)(e.errno, e.strerror, where) from e
         raise
+    finally:
+        if lock is not None: os.close(lock)

@@ -6,7 +6,7 @@
 __all__ = ['PEAK_BF16_FLOPS', 'read_metrics', 'plot_metrics', 'TrainingLogger', 'peak_flops', 'mfu']
 
 # %% ../../nbs/07e_metrics.ipynb #17be2bdb
-import json, math, time
+import io, json, math, time
 from pathlib import Path
 
 import numpy as np
@@ -15,14 +15,19 @@ import torch
 from ..runtime import write_atomic
 
 # %% ../../nbs/07e_metrics.ipynb #5e450141
-def read_metrics(path) -> list[dict]:
-    "The records of a metrics.jsonl (a half-written last line, from a kill, is ignored)."
+def read_metrics(path, superseded: bool = False) -> list[dict]:
+    "The records of a metrics.jsonl, each step once: records a later `rollback` event superseded are dropped (kept, flagged `superseded`, if `superseded`). A half-written last line, from a kill, is ignored."
     out = []
     if not Path(path).exists(): return out
     for line in Path(path).read_text().splitlines():
-        try: out.append(json.loads(line))
-        except json.JSONDecodeError: pass
-    return out
+        try: rec = json.loads(line)
+        except json.JSONDecodeError: continue
+        if not isinstance(rec, dict): continue
+        if rec.get("kind") == "event" and rec.get("event") == "rollback" and isinstance(rec.get("to_step"), int):
+            for r in out:
+                if r.get("kind") != "event" and r.get("step", 0) > rec["to_step"]: r["superseded"] = True
+        out.append(rec)
+    return out if superseded else [r for r in out if not r.get("superseded")]
 
 def plot_metrics(records: list[dict], png=None, title: str = "training loss"):
     "Train loss (raw and smoothed) and validation loss against step; NaN-guard events as marks. Returns the figure."
@@ -40,7 +45,7 @@ def plot_metrics(records: list[dict], png=None, title: str = "training loss"):
     for r in events: ax.axvline(r["step"], color="r", lw=0.6, alpha=0.5)
     ax.set_xlabel("step"); ax.set_ylabel("cross-entropy (nats/token)"); ax.set_title(title); ax.legend()
     fig.subplots_adjust(left=0.11, right=0.98, bottom=0.15, top=0.9)     # tight_layout costs more than the plot
-    if png is not None: fig.savefig(png, dpi=110)
+    if png is not None: fig.savefig(png, dpi=110, format="png")
     return fig
 
 # %% ../../nbs/07e_metrics.ipynb #aae05346
@@ -52,7 +57,7 @@ class TrainingLogger:
         if not enabled: return
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            recs = read_metrics(self.path)
+            recs = read_metrics(self.path, superseded=True)
             if resume_step is None: recs = []          # a fresh run in an old directory starts a fresh file
             else: recs = [r for r in recs if r.get("kind") == "event" or r.get("step", 0) <= resume_step]
             write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in recs))     # a kill now leaves the old file or the new
@@ -65,7 +70,9 @@ class TrainingLogger:
     def log(self, kind: str, step: int, **values):
         if not self.enabled: return
         rec = {"kind": kind, "step": step, "time": round(time.time(), 3), **values}
-        with open(self.path, "a") as f: f.write(json.dumps(rec) + "\n")
+        try:
+            with open(self.path, "a") as f: f.write(json.dumps(rec) + "\n")
+        except OSError as e: raise OSError(e.errno, e.strerror, str(self.path)) from e      # a full disk: name the file
         if self.tb is not None:
             for k, v in values.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool): self.tb.add_scalar(f"{kind}/{k}", v, step)
@@ -78,7 +85,10 @@ class TrainingLogger:
         self.log("event", step, event=name, message=message, **info)
 
     def plot(self, title: str = "training loss"):
-        if self.enabled: plot_metrics(read_metrics(self.path), self.png, title)
+        "Draw the loss curve of the records so far into `loss_curve.png` (atomically)."
+        if self.enabled:
+            buf = io.BytesIO(); plot_metrics(read_metrics(self.path), buf, title)
+            write_atomic(self.png, buf.getvalue())
         return self.png
 
     def close(self):
