@@ -21,6 +21,7 @@ from .train.config import TrainingConfig, ConfigError, PRESETS, MODEL_FIELDS, co
 from .train.checkpoint import CheckpointError, DivergenceError, os_error_in
 from .train.metrics import PEAK_BF16_FLOPS, peak_flops
 from .train.trainer import Pretrainer, ResumeError, resolve_data_path
+from .train.cost import A100_PRESET_ON_H200, GPU_SPECS, H200_MEASURED, gpu_key, projection_line, time_to_train
 
 # %% ../nbs/08_pretrain.ipynb #351572d9
 def parse_overrides(tokens: list[str]) -> dict:
@@ -98,8 +99,8 @@ def _cpu_flops() -> float:
     return 2 * 1024**3 * n / (time.perf_counter() - t)
 
 # %% ../nbs/08_pretrain.ipynb #65ce4ce3
-def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.device | None = None, file=None) -> dict:
-    "Print (and return) what a run of `cfg` costs; builds nothing big, reads only the corpus size. Without CUDA, a model over 50M parameters is costed for an H200."
+def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.device | None = None, file=None, gpu: str | None = None) -> dict:
+    "Print (and return) what a run of `cfg` costs; builds nothing big, reads only the corpus size. On `gpu` (a100|h100|h200), the detected GPU, or — without CUDA, for a model over 50M parameters — an H200, the time is projected from our H200 measurement (chapter 07h)."
     file, m = file or sys.stdout, cfg.model
     world_size = world_size or launch_env().world_size
     device = device or torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
@@ -107,10 +108,10 @@ def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.de
     tps = cfg.tokens_per_step * world_size
     budget = tps * cfg.max_steps
     mem = estimate_memory(cfg, P, world_size)
-    peak, gpu = peak_flops(device), torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    peak, gpu_name = peak_flops(device), torch.cuda.get_device_name(device) if device.type == "cuda" else None
     if device.type == "cpu" and P > 50e6:       # a GPU-sized model planned on a laptop: estimate for the GPU it is meant for
-        peak, gpu, device = PEAK_BF16_FLOPS["H200"], "H200 (no GPU here)", torch.device("cuda")
-    if peak: tok_s, src = ASSUMED_GPU_MFU * peak * world_size / (6 * P), f"{ASSUMED_GPU_MFU:.0%} MFU of one {gpu}, as measured for the compiled 434M step on an H200"
+        peak, gpu_name, device = PEAK_BF16_FLOPS["H200"], "H200 (no GPU here)", torch.device("cuda")
+    if peak: tok_s, src = ASSUMED_GPU_MFU * peak * world_size / (6 * P), f"{ASSUMED_GPU_MFU:.0%} MFU of one {gpu_name}, as measured for the compiled 434M step on an H200"
     elif device.type == "cuda": tok_s, src = None, "unknown GPU: no peak figure"
     else: tok_s, src = CPU_EFFICIENCY * _cpu_flops() * world_size / (6 * P), f"CPU matmul FLOP/s x {CPU_EFFICIENCY} (estimate)"
     corpus = None
@@ -127,6 +128,18 @@ def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.de
              + (" (built-in Shakespeare corpus: 1.5M tokens)" if cfg.data_path == "builtin" else ""),
              f"memory per {'GPU' if device.type == 'cuda' else 'CPU process'} (estimate): states {mem['states'] / G:.1f} GiB + activations {mem['activations'] / G:.1f} GiB"
              f" (grad checkpoint {'on' if m.grad_checkpoint else 'off'}) + logits {mem['logits'] / G:.1f} GiB = {mem['total'] / G:.1f} GiB"]
+    key = gpu_key(gpu) if gpu else (gpu_key(torch.cuda.get_device_name(device)) if device.type == "cuda" and torch.cuda.is_available()
+                                     else "h200" if device.type == "cuda" else None)
+    if gpu and key is None: raise ConfigError(f"--gpu: no datasheet figures for {gpu!r}; known: {', '.join(GPU_SPECS)}")
+    if key:                                    # measured on an H200, scaled by peak FLOP/s and bandwidth (07h)
+        measured = A100_PRESET_ON_H200 if cfg.batch_size <= 8 else H200_MEASURED
+        lines.append(projection_line(key, budget, n_params=P, n_gpus=world_size, measured=measured)
+                     + (f" [for an {gpu_name}; --gpu a100|h100|h200 picks another]" if not gpu and device.type == "cuda" else ""))
+        proj = time_to_train(key, budget, n_params=P, n_gpus=world_size, measured=measured)
+        tok_s, hours = proj["tokens_per_s"], proj["hours"]
+        print("\n".join(lines), file=file)
+        return {"params": P, "tokens_per_step": tps, "token_budget": budget, "memory": mem, "tokens_per_s": tok_s, "hours": hours,
+                "projection": {k: v for k, v in proj.items() if k != "measured"}}
     if tok_s:
         sec = budget / tok_s
         lines.append(f"time to the token budget: {sec / 3600:.2f} h ({sec / 60:.1f} min) at {tok_s:,.0f} tokens/s ({src})"
@@ -154,6 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(PRESETS), help="tiny (CPU, minutes), a100 or h200 (the 434M model)")
     p.add_argument("--config", metavar="FILE", help="YAML or JSON file of TrainingConfig fields (model fields under `model:`)")
     p.add_argument("--dry-run", "--dry_run", action="store_true", help="print parameters, tokens per step, memory and time; exit")
+    p.add_argument("--gpu", metavar="NAME", help="with --dry-run: project the time for this GPU (a100, h100, h200) from our H200 measurement")
     p.add_argument("--debug", action="store_true", help="on an error, print its traceback too (or set MAMBA3_LITE_DEBUG=1)")
     return p
 
@@ -219,7 +233,7 @@ def _run(args, rest: list, argv: list, stage: dict) -> int:
               + (f", config: {args.config}" if args.config else "") + (f", overrides: {' '.join(rest)}" if rest else ""))
         for w in config_warnings(cfg): print(f"warning: {w}", file=sys.stderr)
     if args.dry_run:
-        if launch.is_main: dry_run(cfg, world_size=launch.world_size)
+        if launch.is_main: dry_run(cfg, world_size=launch.world_size, gpu=args.gpu)
         return 0
     return _train(cfg, stage)
 

@@ -149,7 +149,12 @@ def test_dry_run_and_defaults(capsys, monkeypatch):
     out = capsys.readouterr().out
     # 433,662,848 real numbers: the original's 433,662,400 with each head's complex A counted as two reals
     assert "433,662,848 parameters" in out and "65,536" in out and "16.777B tokens" in out
-    assert "memory per GPU" in out and "H200 (no GPU here)" in out
+    assert "memory per GPU" in out and "H200 (no GPU here)" in out and "a projection" in out
+    assert main(["--preset", "a100", "--dry-run", "--gpu", "a100"]) == 0           # issue 16: the named GPU, projected
+    out = capsys.readouterr().out
+    assert "on 1 x A100 80GB SXM" in out and "a projection" in out and "measured on one H200" in out
+    assert main(["--preset", "a100", "--dry-run", "--gpu", "v100"]) == 2
+    assert "error: --gpu: no datasheet figures for 'v100'" in capsys.readouterr().err
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)      # a CUDA machine, no arguments: a summary only
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
