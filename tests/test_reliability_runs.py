@@ -397,3 +397,30 @@ def test_a_rollback_is_marked_in_the_metrics_and_nothing_is_shown_twice(tmp_path
     assert sum(r["kind"] == "train" for r in raw) == 16 + 4   # the file keeps both; readers see each step once
     x = plot_metrics(recs).axes[0].lines[0].get_xdata()
     assert list(x) == sorted(set(x))
+
+
+# ---- resuming never writes into another run's folder (review after issue 9) ---------------------------------------
+def test_resume_path_into_another_runs_folder_is_refused(tmp_path):
+    "`--resume B/step_X` with `--checkpoint_dir A` where A holds run A: refused naming both folders; A untouched."
+    Pretrainer(tiny_cfg(tmp_path, max_steps=4, save_every=2, eval_every=0)).train()          # run A in ck
+    Pretrainer(tiny_cfg(tmp_path, max_steps=4, save_every=2, eval_every=0)).train()          # run B lands in ck-2
+    a = snapshot(tmp_path / "ck")
+    b_ckpt = tmp_path / "ck-2" / "step_00000002"
+    with pytest.raises(ConfigError, match=r"checkpoint_dir: .*ck holds another run.*--checkpoint_dir .*ck-2"):
+        Pretrainer(tiny_cfg(tmp_path, max_steps=4, save_every=2, eval_every=0, resume=str(b_ckpt)))
+    assert snapshot(tmp_path / "ck") == a
+    t = Pretrainer(tiny_cfg(tmp_path, max_steps=4, save_every=2, eval_every=0, resume=str(b_ckpt),
+                            checkpoint_dir=str(tmp_path / "ck-2")))                             # its own folder: fine
+    assert t.step == 2
+
+
+def test_resume_auto_without_checkpoints_never_overwrites_a_run(tmp_path, capsys):
+    "A folder with a run's metrics/config/final but no checkpoint: `--resume auto` starts in a sibling, says so."
+    Pretrainer(tiny_cfg(tmp_path, max_steps=2, save_every=100, eval_every=0)).train()
+    for d in (tmp_path / "ck").glob("step_*"): shutil.rmtree(d)       # as if killed before its first checkpoint
+    assert not list((tmp_path / "ck").glob("step_*")) and (tmp_path / "ck" / "metrics.jsonl").exists()
+    before = snapshot(tmp_path / "ck")
+    t = Pretrainer(tiny_cfg(tmp_path, max_steps=2, save_every=100, eval_every=0, resume="auto"))
+    assert Path(t.cfg.checkpoint_dir) == tmp_path / "ck-2" and "holds another run" in capsys.readouterr().out
+    t.train()
+    assert snapshot(tmp_path / "ck") == before

@@ -182,7 +182,7 @@ def divergence(self: CheckpointManager, what: str) -> DivergenceError:
                            "e.g. with a lower --lr and --allow-config-change lr)" if good else "there is no good checkpoint to continue from"))
 
 # %% ../../nbs/07c_checkpoint.ipynb #5e768e0e
-RUN_FILES = ("metrics.jsonl", "config.json", "final")
+RUN_FILES = ("metrics.jsonl", "config.json", "final", "loss_curve.png")
 
 def run_artifacts(directory) -> list[str]:
     "The names in `directory` that belong to a training run: checkpoints (complete or not, or moved aside by a killed save), `metrics.jsonl`, `config.json`, `final/`."
@@ -210,9 +210,18 @@ def writable_problem(directory) -> str | None:
     except OSError as e: return f"cannot write in {d} ({e.strerror or e})"
     return None
 
-def claim_run_dir(directory, fresh: bool) -> tuple[Path, str | None, list[str]]:
-    "(the folder a run uses, why it can't be written or None, what of another run moved a fresh run): `directory`, or for a `fresh` run where another run lives, `free_run_dir`."
+def claim_run_dir(directory, resume: str | None = None) -> tuple[Path, str | None, list[str]]:
+    """(the folder a run uses, why it can't be written or None, what of another run moved it there). A run that starts
+    fresh — no `resume`, or `resume='auto'` with no checkpoint in `directory` — takes `free_run_dir`; `resume=PATH`
+    continues in `directory` only if that is PATH's own folder or holds no run (a branch), else it is refused."""
     d = Path(directory)
+    if resume not in (None, "auto"):
+        home, other = Path(resume).parent, run_artifacts(d)
+        if other and d.resolve() != home.resolve():
+            return d, (f"{d} holds another run ({', '.join(other[:3])}); --resume {resume} continues the run in {home}: "
+                       f"pass --checkpoint_dir {home}, or an empty folder to branch it"), []
+        return d, writable_problem(d), []
+    fresh = resume is None or not any(p.is_dir() for p in d.glob("step_*"))
     new = free_run_dir(d) if fresh else d
     return new, writable_problem(new), run_artifacts(d) if new != d else []
 

@@ -74,7 +74,7 @@ class Pretrainer:
         self.sampler = self.train_ds.sampler(cfg.batch_size, seed=cfg.seed, rank=self.env.rank, world_size=self.env.world_size)
         self._restart_batches()
         # the run's folder: never another run's (chapter 07c), writable, or an error before any work; rank 0 decides
-        new, problem, other = all_gather_object(claim_run_dir(cfg.checkpoint_dir, fresh=not cfg.resume) if main else None, self.env)[0]
+        new, problem, other = all_gather_object(claim_run_dir(cfg.checkpoint_dir, cfg.resume) if main else None, self.env)[0]
         if problem: raise ConfigError(f"checkpoint_dir: {problem}")
         if other:
             self.echo(f"{cfg.checkpoint_dir} holds another run ({', '.join(other[:3])}{', ...' * (len(other) > 3)}), left as it is; this "
