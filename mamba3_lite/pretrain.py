@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['ASSUMED_GPU_MFU', 'CPU_EFFICIENCY', 'ACT_FACTOR', 'USER_ERRORS', 'RUN_ERRORS', 'parse_overrides', 'load_config_file',
-           'build_config', 'count_params', 'estimate_memory', 'dry_run', 'user_error', 'error_line', 'main']
+           'build_config', 'count_params', 'estimate_memory', 'dry_run', 'user_error', 'main']
 
 # %% ../nbs/08_pretrain.ipynb #2f5a431c
 import argparse, builtins, io, json, sys, textwrap, time, traceback
@@ -14,7 +14,7 @@ from typing import get_type_hints
 import torch
 
 from .model import ModelConfig, Mamba3Transformer
-from .runtime import env_flag, launch_env
+from .runtime import env_flag, error_line, launch_env
 from .data.shards import ShardError
 from .data.loader import PretrainDataset
 from .train.config import TrainingConfig, ConfigError, PRESETS, MODEL_FIELDS, coerce_field, config_warnings, suggest_field
@@ -195,13 +195,6 @@ def user_error(e: BaseException) -> BaseException | None:
     "The user error `e` is (one of `USER_ERRORS`, or the `OSError` a `RuntimeError` was raised from), or None: a bug, keep its traceback."
     if isinstance(e, USER_ERRORS): return e
     return os_error_in(e) if isinstance(e, RuntimeError) else None      # torch.save on a full disk: the Errno 28 in the chain
-
-def error_line(e: BaseException) -> str:
-    "What `error: ...` says: the message; for an `OSError`, its reason and the path (`No space left on device (/ck/step_9)`)."
-    if isinstance(e, OSError) and e.strerror:
-        paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
-        return f"{e.strerror} ({' -> '.join(paths)})" if paths else e.strerror
-    return str(e) or type(e).__name__
 
 # %% ../nbs/08_pretrain.ipynb #2c335e04
 def _train(cfg: TrainingConfig, stage: dict) -> int:

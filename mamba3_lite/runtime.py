@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['TRUTHY', 'FALSY', 'parse_bool', 'env_flag', 'LaunchEnv', 'launch_env', 'fsync_file', 'fsync_dir', 'sha256_file',
-           'temp_sibling', 'write_atomic', 'publish_dir']
+           'temp_sibling', 'write_atomic', 'publish_dir', 'error_line']
 
 # %% ../nbs/00b_runtime.ipynb #880eed1d
 import hashlib, os, shutil, uuid
@@ -101,3 +101,11 @@ def publish_dir(staging, final, replace: bool = False) -> Path:
         shutil.rmtree(old, ignore_errors=True)
     fsync_dir(final.parent)
     return final
+
+# %% ../nbs/00b_runtime.ipynb #02381d50
+def error_line(e: BaseException) -> str:
+    "What `error: ...` says: the message; for an `OSError`, its reason and the path(s) (`No space left on device (/ck/step_9)`)."
+    if isinstance(e, OSError) and e.strerror:
+        paths = [os.fsdecode(p) for p in (e.filename, e.filename2) if p is not None]
+        return f"{e.strerror} ({' -> '.join(paths)})" if paths else e.strerror
+    return str(e) or type(e).__name__

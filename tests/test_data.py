@@ -763,7 +763,7 @@ def test_no_cli_inside_ipython(monkeypatch):
 # ---------------------------------------------------------------------------------------------- installed package
 
 def test_works_from_an_installed_location(tmp_path):
-    "Install the package (setup.py, package data) into a folder and use it from elsewhere: no repo, no ../shared."
+    "Install the package (setup.py, package data) into a folder and use it from elsewhere: no repository checkout next to it."
     src = tmp_path / "src"
     src.mkdir()
     for f in ("setup.py", "settings.ini", "pyproject.toml", "README.md"): shutil.copy(REPO / f, src)

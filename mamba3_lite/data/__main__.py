@@ -9,7 +9,7 @@ __all__ = ['main']
 import argparse, builtins, errno, json, os, signal, sys, threading
 from collections.abc import Sequence
 
-from ..runtime import env_flag
+from ..runtime import env_flag, error_line
 from .shards import read_shard, shard_info
 from .prepare import default_workers, prepare
 from .corpus import builtin_corpus
@@ -74,12 +74,8 @@ def _run(args: argparse.Namespace):
 _USER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG}
 
 def _error_line(e: BaseException) -> str:
-    "An error as one line: an `OSError` as `what (path)`, anything else as its message."
-    if isinstance(e, OSError) and e.strerror:
-        paths = [os.fsdecode(p) for p in (e.filename, e.filename2) if p is not None]
-        msg = f"{e.strerror} ({' -> '.join(paths)})" if paths else e.strerror
-    else: msg = str(e) or type(e).__name__
-    return " ".join(msg.splitlines())
+    "`runtime.error_line` on one line (a message of several lines is joined)."
+    return " ".join(error_line(e).splitlines())
 
 def _status(e: BaseException) -> int:
     "2 for an error the user can fix (bad input, refused output folder, permission, read-only), 1 for the machine's."
