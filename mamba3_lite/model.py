@@ -19,6 +19,7 @@ from .foundations import discretise
 from .ssd.naive import ssd_step
 from .ssd import SSD_BACKENDS, ssd_backend
 from .mimo import MIMO
+from .loss import linear_cross_entropy
 
 # %% ../nbs/04_model.ipynb #8214f6a3
 def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)
@@ -40,6 +41,8 @@ class ModelConfig:
     rms_norm_eps: float = 1e-5
     init_std: float = 0.02
     grad_checkpoint: bool = False
+    pad_vocab_multiple: int = 1   # embedding/lm_head rows rounded up to a multiple (64: aligned GEMMs); never sampled
+    fused_cross_entropy: bool = False   # the loss by chapter 03b's chunked linear+CE (no (B, T, V) logits)
 
     def __post_init__(self):
         for f in ("vocab_size", "d_model", "n_layers", "n_heads", "head_dim", "ffn_dim", "max_seq_len"):
@@ -55,7 +58,9 @@ class ModelConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"ModelConfig.{f} must be a positive number, got {v!r}")
-        for f in ("weight_tying", "grad_checkpoint"):
+        if not _is_int(self.pad_vocab_multiple) or self.pad_vocab_multiple < 1:
+            raise ValueError(f"ModelConfig.pad_vocab_multiple must be an int >= 1, got {self.pad_vocab_multiple!r}")
+        for f in ("weight_tying", "grad_checkpoint", "fused_cross_entropy"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"ModelConfig.{f} must be a bool, got {getattr(self, f)!r}")
 
@@ -71,6 +76,11 @@ class ModelConfig:
                 try: d[f] = float(d[f])
                 except ValueError: pass                      # __post_init__ names the field
         return cls(**d)
+
+    @property
+    def padded_vocab_size(self) -> int:
+        "Rows of the embedding and the lm_head: `vocab_size` rounded up to a multiple of `pad_vocab_multiple`."
+        return -(-self.vocab_size // self.pad_vocab_multiple) * self.pad_vocab_multiple
 
     def to_dict(self) -> dict:
         "Plain dict of all fields (round-trips through `from_dict`)."
@@ -187,10 +197,10 @@ class Mamba3Transformer(nn.Module):
         if not isinstance(cfg, ModelConfig):
             raise TypeError(f"cfg must be a ModelConfig or a dict, got {type(cfg).__name__}")
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.embed = nn.Embedding(cfg.padded_vocab_size, cfg.d_model)    # padded rows: never an input, never an output
         self.layers = nn.ModuleList(Mamba3Block(cfg, i) for i in range(cfg.n_layers))
         self.norm_f = nn.RMSNorm(cfg.d_model, eps=cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab_size, bias=False)
         if cfg.weight_tying:
             self.lm_head.weight = self.embed.weight
         self.check_token_ids = True
@@ -224,9 +234,10 @@ class Mamba3Transformer(nn.Module):
 
 # %% ../nbs/04_model.ipynb #0a77c6a8
 @patch
-def forward(self: Mamba3Transformer, idx, state=None, return_state: bool = False):
-    "idx (B, T) token ids -> logits (B, T, V) fp32; `state` from `init_state`/a previous call continues a sequence."
+def forward(self: Mamba3Transformer, idx, state=None, return_state: bool = False, targets=None):
+    "idx (B, T) token ids -> logits (B, T, V) fp32; `state` from `init_state`/a previous call continues a sequence. With `targets` (B, T) (-100: ignored) it returns the mean cross-entropy instead."
     self._check_ids(idx)
+    if targets is not None and return_state: raise ValueError("forward: pass either targets (training) or return_state (decoding), not both")
     x = self.embed(idx)                                                    # (B, T, d_model) fp32 residual stream
     use_ckpt = self.cfg.grad_checkpoint and self.training and torch.is_grad_enabled() and not return_state
     new_state = []
@@ -239,8 +250,18 @@ def forward(self: Mamba3Transformer, idx, state=None, return_state: bool = False
             x = checkpoint(layer, x, s, use_reentrant=False)               # recompute the block in the backward
         else:
             x = layer(x, s)
-    logits = self.lm_head(self.norm_f(x)).float()                          # (B, T, V) fp32
+    h = self.norm_f(x)                                                     # (B, T, d_model)
+    if targets is not None and self.cfg.fused_cross_entropy:
+        return linear_cross_entropy(h, self.lm_head.weight, targets, self.cfg.vocab_size)
+    logits = self.logits(h)                                                # (B, T, V) fp32
+    if targets is not None:
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
     return (logits, new_state) if return_state else logits
+
+@patch
+def logits(self: Mamba3Transformer, h):
+    "Final hidden states (..., d_model) -> fp32 logits (..., V): the product runs over the padded rows (aligned), then they are cut off."
+    return self.lm_head(h)[..., :self.cfg.vocab_size].float()
 
 @patch
 def init_state(self: Mamba3Transformer, batch_size: int, device=None) -> list:
@@ -259,7 +280,7 @@ def step(self: Mamba3Transformer, token_ids, state):
     for layer, s in zip(self.layers, state):
         x, s = layer.step(x, s)
         new_state.append(s)
-    return self.lm_head(self.norm_f(x)).float(), new_state
+    return self.logits(self.norm_f(x)), new_state
 
 # %% ../nbs/04_model.ipynb #5c8df4f3
 def sample_next(logits, temperature: float = 1.0, top_k=None, generator=None):
