@@ -1,0 +1,176 @@
+"""Issue-10 speed sweep in one run on one GPU: training tokens/s of our model (Triton and PyTorch SSD paths, compiled)
+beside a same-size Transformer (SDPA + compile, same vocabulary padding, same fused AdamW, same batch), at T=2048 and
+8192; decode ms/token (chapter 04's `generate` vs chapter 04a's `Decoder`) after 128 / 2k / 8k-token prompts at batch 1
+and 64; a kernel-time profile of our training step. Prints one JSON record (benchmarks/common.py) and writes it to --out.
+
+    python benchmarks/bench_speed.py --sections train,decode,profile --out benchmarks/results/speed_h200.json
+    python benchmarks/bench_speed.py --smoke          # CPU: tiny shapes, every code path once
+
+Every training configuration runs in its own process (clean peak memory, clean compile caches).
+MFU = 6 * params * tokens/s / 989 TFLOP/s (H100/H200 dense bf16 datasheet).
+"""
+import argparse, json, os, subprocess, sys, time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEAK = 989e12
+TRAIN = [  # name, model, dispatch, seq, batch, pad, fused loss
+    ("ours triton compiled, h200 preset (pad 64, fused CE)", "lite", "triton", 2048, 16, 64, True),
+    ("ours triton compiled, pad 64, plain CE", "lite", "triton", 2048, 16, 64, False),
+    ("ours triton compiled, vocab 50257, plain CE (before)", "lite", "triton", 2048, 16, 1, False),
+    ("ours pytorch compiled, pad 64, fused CE", "lite", "pytorch", 2048, 16, 64, True),
+    ("Transformer SDPA compiled, vocab 50304", "transformer", "-", 2048, 16, 64, False),
+    ("ours triton compiled, T=8192, pad 64, fused CE", "lite", "triton", 8192, 4, 64, True),
+    ("Transformer SDPA compiled, T=8192, vocab 50304", "transformer", "-", 8192, 4, 64, False),
+]
+
+
+def build(kind, dispatch, seq, pad, fused, smoke):
+    from mamba3_lite.model import Mamba3Transformer, ModelConfig
+    from baseline_transformer import TransformerLM
+    size = dict(d_model=64, n_layers=2, n_heads=4, head_dim=16, state_dim=8, ffn_dim=128) if smoke else {}
+    if kind == "transformer":
+        t = dict(d_model=64, n_layers=2, n_heads=4, ffn_dim=192) if smoke else {}
+        return TransformerLM(**t)
+    if dispatch == "triton": os.environ["ENABLE_TRITON_KERNELS"] = "1"
+    return Mamba3Transformer(ModelConfig(max_seq_len=seq, ssd_dispatch=dispatch, pad_vocab_multiple=pad,
+                                         fused_cross_entropy=fused, **size))
+
+
+def train_one(spec, smoke):
+    "Tokens/s, step time, peak memory of compiled training steps (bf16 autocast, fused AdamW, clipping)."
+    name, kind, dispatch, seq, batch, pad, fused = spec
+    if smoke: seq, batch = 64, 2
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    model = build(kind, dispatch, seq, pad, fused, smoke).to(dev)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=dev.type == "cuda")
+    cmodel = torch.compile(model) if dev.type == "cuda" else model
+    g = torch.Generator(device="cpu").manual_seed(0)
+    data = torch.randint(0, 50257, (8, batch, seq + 1), generator=g).to(dev)
+    losses, i = [], [0]
+    def step():
+        xy = data[i[0] % 8]; i[0] += 1
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            loss = cmodel(xy[:, :-1], targets=xy[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step(); opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    from common import time_fn, sync
+    t0 = time.perf_counter()
+    for _ in range(1 if smoke else 3): step()
+    sync(dev); warm = time.perf_counter() - t0
+    if dev.type == "cuda": torch.cuda.reset_peak_memory_stats()
+    t = time_fn(step, dev, warmup=0, iters=2 if smoke else 10)
+    tok_s = batch * seq / t["median_s"]
+    return {"name": name, "model": kind, "dispatch": dispatch, "seq": seq, "batch": batch, "pad_vocab_multiple": pad,
+            "fused_cross_entropy": fused, "params": n_params, "warmup_s": round(warm, 1),
+            "step_ms": round(1000 * t["median_s"], 1), "tokens_per_s": round(tok_s),
+            "mfu": round(6 * n_params * tok_s / PEAK, 4),
+            "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if dev.type == "cuda" else None,
+            "loss_first_last": [round(losses[0].item(), 3), round(losses[-1].item(), 3)]}
+
+
+def decode(smoke):
+    "ms per new token after a prompt: chapter 04's generate (eager) vs chapter 04a's Decoder (compiled, CUDA graph)."
+    from mamba3_lite.decode import Decoder
+    from common import sync
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    model = build("lite", "pytorch", 8192, 64, False, smoke).to(dev).eval()
+    if dev.type == "cuda": model = model.to(torch.bfloat16)
+    out = []
+    cases = [(1, 16), (1, 32)] if smoke else [(1, 128), (1, 2048), (1, 8192), (64, 128), (64, 2048)]
+    decoders = {}
+    for batch, ctx in cases:
+        prompt = torch.randint(0, 50257 if not smoke else 50257, (batch, ctx), device=dev)
+        n_new = 8 if smoke else 64
+        rec = {"batch": batch, "context": ctx, "new_tokens": n_new}
+        for name in ("generate", "Decoder"):
+            def run(n):
+                if name == "generate": return model.generate(prompt, n, temperature=0)
+                return decoders.setdefault(batch, Decoder(model, batch)).generate(prompt, n, temperature=0)
+            run(n_new); sync(dev)                                              # compile / capture / warm-up
+            times = {}
+            for n in (1, n_new):                                               # prefill + n tokens; the difference is decode
+                t0 = time.perf_counter(); toks = run(n); sync(dev); times[n] = time.perf_counter() - t0
+            rec[name + "_ms_per_token"] = round(1000 * (times[n_new] - times[1]) / (n_new - 1), 3)
+            rec[name + "_prefill_ms"] = round(1000 * times[1], 2)
+            rec[name + "_tokens"] = toks[:, ctx:].tolist() if batch == 1 else None
+        rec["same_tokens"] = rec.pop("generate_tokens") == rec.pop("Decoder_tokens")
+        rec["Decoder_tokens_per_s_per_sequence"] = round(1000 / rec["Decoder_ms_per_token"]) if rec["Decoder_ms_per_token"] > 0 else None
+        out.append(rec)
+    return out
+
+
+def profile(smoke):
+    "GPU time per kernel over 3 compiled training steps of the h200-preset model (Triton SSD)."
+    if not torch.cuda.is_available(): return {"skipped": "no CUDA"}
+    from torch.profiler import ProfilerActivity, profile as prof
+    spec = TRAIN[0]
+    model = build("lite", "triton", 2048, 64, True, smoke).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    cmodel = torch.compile(model)
+    xy = torch.randint(0, 50257, (16, 2049), device="cuda")
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = cmodel(xy[:, :-1], targets=xy[:, 1:])
+        loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); opt.zero_grad(set_to_none=True)
+    for _ in range(3): step()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(3): step()
+        torch.cuda.synchronize()
+    rows = [(e.key, e.device_time_total / 3 / 1000, e.count // 3) for e in p.key_averages() if e.device_time_total > 0]
+    rows.sort(key=lambda r: -r[1])
+    total = sum(r[1] for r in rows)
+    cat = {}
+    for k, ms, _ in rows:
+        c = ("gemm" if any(s in k.lower() for s in ("gemm", "cutlass", "sm90", "nvjet", "cublas")) else
+             "ssd triton" if any(s in k for s in ("_kernel", "state_", "scan_", "rotate_", "phases_")) and "triton_" not in k else
+             "inductor fused" if k.startswith("triton_") else "adamw" if "adam" in k.lower() else "other")
+        cat[c] = round(cat.get(c, 0) + ms, 2)
+    return {"gpu_ms_per_step": round(total, 2), "by_category_ms": cat,
+            "top_kernels": [{"kernel": k[:120], "ms_per_step": round(ms, 3), "calls_per_step": n} for k, ms, n in rows[:30]]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sections", default="train,decode,profile")
+    p.add_argument("--only", help="train configurations whose name contains this")
+    p.add_argument("--smoke", action="store_true"); p.add_argument("--out")
+    p.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    sys.path.insert(0, HERE)
+    if a.one is not None:
+        print("RESULT " + json.dumps(train_one(TRAIN[a.one], a.smoke))); return
+    from common import emit
+    res, secs = {}, a.sections.split(",")
+    if "train" in secs:
+        res["train"] = []
+        for i, spec in enumerate(TRAIN):
+            if a.only and a.only not in spec[0]: continue
+            t0 = time.perf_counter()
+            env = {**os.environ, **({"TRITON_INTERPRET": "1"} if a.smoke and not torch.cuda.is_available() else {})}
+            r = subprocess.run([sys.executable, __file__, "--one", str(i)] + (["--smoke"] if a.smoke else []),
+                               capture_output=True, text=True, env=env)
+            line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+            rec = json.loads(line[0][7:]) if line else {"name": spec[0], "error": (r.stderr or r.stdout)[-1500:]}
+            rec["wall_s"] = round(time.perf_counter() - t0, 1)
+            print(json.dumps(rec), flush=True); res["train"].append(rec)
+        ok = {r["name"]: r for r in res["train"] if "tokens_per_s" in r}
+        ours, tf = ok.get(TRAIN[0][0]), ok.get(TRAIN[4][0])
+        if ours and tf: res["ratio_ours_over_transformer_T2048"] = round(ours["tokens_per_s"] / tf["tokens_per_s"], 3)
+        o8, t8 = ok.get(TRAIN[5][0]), ok.get(TRAIN[6][0])
+        if o8 and t8: res["ratio_ours_over_transformer_T8192"] = round(o8["tokens_per_s"] / t8["tokens_per_s"], 3)
+    if "decode" in secs: res["decode"] = decode(a.smoke); print(json.dumps(res["decode"]), flush=True)
+    if "profile" in secs: res["profile"] = profile(a.smoke)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    emit(res, device=dev, out=a.out, benchmark="issue10_speed", goals={"train_tokens_per_s": 185_000, "decode_ms_per_token_batch1": 1.0})
+
+
+if __name__ == "__main__":
+    main()
