@@ -141,6 +141,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sections", default="train,decode,profile")
     p.add_argument("--only", help="train configurations whose name contains this")
+    p.add_argument("--idx", help="train configurations by index, e.g. 0,1,4")
     p.add_argument("--smoke", action="store_true"); p.add_argument("--out")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -153,6 +154,7 @@ def main():
         res["train"] = []
         for i, spec in enumerate(TRAIN):
             if a.only and a.only not in spec[0]: continue
+            if a.idx and str(i) not in a.idx.split(","): continue
             t0 = time.perf_counter()
             env = {**os.environ, **({"TRITON_INTERPRET": "1"} if a.smoke and not torch.cuda.is_available() else {})}
             r = subprocess.run([sys.executable, __file__, "--one", str(i)] + (["--smoke"] if a.smoke else []),
