@@ -81,8 +81,14 @@ def decode(smoke):
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
     model = build("lite", "pytorch", 8192, 64, False, smoke).to(dev).eval()
-    if dev.type == "cuda": model = model.to(torch.bfloat16)
     out = []
+    # fp32 first: the decoder's greedy tokens must be generate's exactly
+    prompt = torch.randint(0, 50257, (1, 128 if not smoke else 16), device=dev)
+    ref, fast = model.generate(prompt, 32, temperature=0), Decoder(model, 1).generate(prompt, 32, temperature=0)
+    out.append({"check": "fp32 greedy, batch 1, context 128, 32 new tokens", "same_tokens": bool(torch.equal(ref, fast))})
+    if dev.type == "cuda":                      # bf16 weights for speed; A (the eigenvalues) stays fp32
+        model = model.to(torch.bfloat16)
+        for b in model.layers: b.A_log.data, b.A_imag.data = b.A_log.data.float(), b.A_imag.data.float()
     cases = [(1, 16), (1, 32)] if smoke else [(1, 128), (1, 2048), (1, 8192), (64, 128), (64, 2048)]
     decoders = {}
     for batch, ctx in cases:
@@ -100,7 +106,7 @@ def decode(smoke):
             rec[name + "_ms_per_token"] = round(1000 * (times[n_new] - times[1]) / (n_new - 1), 3)
             rec[name + "_prefill_ms"] = round(1000 * times[1], 2)
             rec[name + "_tokens"] = toks[:, ctx:].tolist() if batch == 1 else None
-        rec["same_tokens"] = rec.pop("generate_tokens") == rec.pop("Decoder_tokens")
+        rec["same_tokens_bf16"] = rec.pop("generate_tokens") == rec.pop("Decoder_tokens")
         rec["Decoder_tokens_per_s_per_sequence"] = round(1000 / rec["Decoder_ms_per_token"]) if rec["Decoder_ms_per_token"] > 0 else None
         out.append(rec)
     return out
