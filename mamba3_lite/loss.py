@@ -66,7 +66,6 @@ def _compute_dtype(t):
     dev = t.device.type
     return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else t.dtype
 
-@torch.compiler.disable   # a Python loop over chunks with its own compiled kernel; the model graph ends at h
 def linear_cross_entropy(h, weight, targets, vocab_size: int | None = None, chunk_rows: int = 4096,
                          ignore_index: int = -100):
     r"Mean next-token cross-entropy of $\mathrm{softmax}(h W^\top)$ over the first `vocab_size` columns, never forming all logits. h (..., d), weight (Vp, d), targets (...)."
@@ -74,7 +73,17 @@ def linear_cross_entropy(h, weight, targets, vocab_size: int | None = None, chun
     if not 0 < vocab_size <= weight.shape[0]:
         raise ValueError(f"linear_cross_entropy: vocab_size must lie in [1, {weight.shape[0]}], got {vocab_size}")
     if chunk_rows < 1: raise ValueError(f"linear_cross_entropy: chunk_rows must be >= 1, got {chunk_rows}")
+    return _eager()(h, weight, targets, vocab_size, chunk_rows, ignore_index)
+
+def _run(h, weight, targets, vocab_size, chunk_rows, ignore_index):
     dt = _compute_dtype(h)
     with torch.autocast(h.device.type, enabled=False):
         return LinearCrossEntropy.apply(h.reshape(-1, h.shape[-1]).to(dt), weight.to(dt), targets.reshape(-1),
                                         vocab_size, chunk_rows, ignore_index)
+
+_EAGER = {}
+
+def _eager():
+    "`_run` behind `torch.compiler.disable` (a Python loop over chunks with its own compiled kernel: a compiled model's graph ends at h), made on first use so that importing this module does not import torch._dynamo."
+    if "run" not in _EAGER: _EAGER["run"] = torch.compiler.disable(_run)
+    return _EAGER["run"]
