@@ -13,19 +13,19 @@ import torch.nn.functional as F
 
 # %% ../../nbs/02_chunkwise.ipynb #6e5b3714
 def segsum(a: torch.Tensor, fill: float = -math.inf) -> torch.Tensor:
-    r"Stable segment sum over the last dim: `out[..., l, s]` $=\sum_{s<k\le l} a_k$ for $l \ge s$, `fill` above the diagonal (masked *before* any exp)."
+    r"Stable segment sum over the last dim: `out[..., i, j]` $=\sum_{j<m\le i} a_m$ for $i \ge j$, `fill` above the diagonal (masked *before* any exp)."
     Q = a.shape[-1]
     strict = torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=a.device), diagonal=-1)
     causal = torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=a.device))
-    a_rep = a[..., :, None].expand(*a.shape, Q).masked_fill(~strict, 0)   # (..., Q, Q): [k, s] = a_k for k > s
+    a_rep = a[..., :, None].expand(*a.shape, Q).masked_fill(~strict, 0)   # (..., Q, Q): [m, j] = a_m for m > j
     return torch.cumsum(a_rep, dim=-2).masked_fill(~causal, fill)         # (..., Q, Q)
 
 # %% ../../nbs/02_chunkwise.ipynb #0d3cdf12
-def _exp_masked_diff(A_log: torch.Tensor) -> torch.Tensor:
-    "exp(A_log[l] - A_log[s]) for l >= s and exactly 0 above the diagonal; A_log (..., Q) real or complex."
-    Q = A_log.shape[-1]
-    causal = torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=A_log.device))
-    diff = A_log[..., :, None] - A_log[..., None, :]                      # (..., Q, Q)
+def _exp_masked_diff(Lam: torch.Tensor) -> torch.Tensor:
+    "exp(Lam[i] - Lam[j]) for i >= j and exactly 0 above the diagonal; Lam (..., Q) real or complex (a chunk-local cumulative log-decay)."
+    Q = Lam.shape[-1]
+    causal = torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=Lam.device))
+    diff = Lam[..., :, None] - Lam[..., None, :]                          # (..., Q, Q)
     if not diff.is_complex():
         return diff.masked_fill(~causal, -math.inf).exp()
     # complex: mask the real part to -inf and the phase to 0 before exp, so no inf*0 can appear
@@ -33,20 +33,20 @@ def _exp_masked_diff(A_log: torch.Tensor) -> torch.Tensor:
 
 # %% ../../nbs/02_chunkwise.ipynb #f357625f
 def _exp_segsum(a: torch.Tensor) -> torch.Tensor:
-    "exp(segsum(a)) for real or complex `a` (..., Q): the decay from step s to step l, zero for l < s."
+    "exp(segsum(a)) for real or complex `a` (..., Q): the decay from step j to step i, zero for i < j."
     if not a.is_complex():
         return segsum(a).exp()
     return torch.polar(segsum(a.real).exp(), segsum(a.imag, fill=0.0))
 
 # %% ../../nbs/02_chunkwise.ipynb #d750c35f
-def per_chunk_ssd_pytorch(Bc, Cc, Xc, A_log, decay_states):
-    """Per-chunk SSD (the seed's contract): Bc, Cc (B,c,Q,H,N); Xc (B,c,Q,H,P); A_log (B,c,Q,H) = chunk-local cumsum of dt*A;
-    decay_states (B,c,Q,H) = exp(A_log[-1] - A_log). Returns Y_diag (B,c,Q,H,P) and chunk-end states (B,c,H,P,N)."""
-    L = _exp_masked_diff(A_log.permute(0, 1, 3, 2)).to(Cc.dtype)          # (B, c, H, Q, Q)
-    scores = torch.einsum("bclhn,bcshn->bchls", Cc, Bc) * L                # (B, c, H, Q, Q)
+def per_chunk_ssd_pytorch(Bc, Cc, Xc, Lam, decay_states):
+    """Per-chunk SSD (steps 1 and 2): Bc, Cc (B,c,Q,H,N); Xc (B,c,Q,H,D); Lam (B,c,Q,H) = chunk-local cumsum of dA = Δ·A;
+    decay_states (B,c,Q,H) = exp(Lam[-1] - Lam). Returns Y_diag (B,c,Q,H,D) and the chunk states r_c transposed (B,c,H,D,N)."""
+    L = _exp_masked_diff(Lam.permute(0, 1, 3, 2)).to(Cc.dtype)            # (B, c, H, Q, Q)
+    scores = torch.einsum("bcihn,bcjhn->bchij", Cc, Bc) * L                # (B, c, H, Q, Q)
     decay_states = decay_states.to(Bc.dtype)
-    Y_diag = torch.einsum("bchls,bcshp->bclhp", scores, Xc.to(scores.dtype))
-    state = torch.einsum("bclhn,bclhp->bchpn", Bc * decay_states[..., None], Xc.to(Bc.dtype))
+    Y_diag = torch.einsum("bchij,bcjhd->bcihd", scores, Xc.to(scores.dtype))
+    state = torch.einsum("bcjhn,bcjhd->bchdn", Bc * decay_states[..., None], Xc.to(Bc.dtype))
     return Y_diag, state
 
 # %% ../../nbs/02_chunkwise.ipynb #5531a216
@@ -66,23 +66,23 @@ def ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=64, per_chunk=per_chunk
     Bsz, T, H, D = x.shape
     N, Q, cdtype = B_t.shape[-1], chunk_size, B_t.dtype
     pad = (-T) % Q
-    dA = F.softplus(dt.double()).to(torch.complex128) * A.to(torch.complex128)   # (B, T, H) complex log-decay per step
+    dA = F.softplus(dt.double()).to(torch.complex128) * A.to(torch.complex128)   # Δ_t A: (B, T, H) complex log-decay per step
     nc = (T + pad) // Q
     Xc = _pad_time(x.to(cdtype), pad).reshape(Bsz, nc, Q, H, D)
     Bc = _pad_time(B_t, pad).reshape(Bsz, nc, Q, H, N)
     Cc = _pad_time(C_t, pad).reshape(Bsz, nc, Q, H, N)
     # cumulative phases grow with T: sum them in complex128 so the rotation angles stay exact to fp32 precision
-    A_log = torch.cumsum(_pad_time(dA, pad).reshape(Bsz, nc, Q, H).to(torch.complex128), dim=2)   # (B, c, Q, H)
-    decay_states = torch.exp(A_log[:, :, -1:] - A_log)                          # (B, c, Q, H), |.| <= 1
-    Y_diag, states = per_chunk(Bc, Cc, Xc, A_log, decay_states)
-    states = states.transpose(-1, -2)                                            # (B, c, H, N, D)
+    Lam = torch.cumsum(_pad_time(dA, pad).reshape(Bsz, nc, Q, H).to(torch.complex128), dim=2)      # (B, c, Q, H)
+    decay_states = torch.exp(Lam[:, :, -1:] - Lam)                              # (B, c, Q, H), |.| <= 1
+    Y_diag, states = per_chunk(Bc, Cc, Xc, Lam, decay_states)
+    states = states.transpose(-1, -2)                                            # r_c: (B, c, H, N, D)
     s0 = (torch.zeros(Bsz, H, N, D, dtype=cdtype, device=x.device)
           if initial_state is None else initial_state.to(cdtype))
     states = torch.cat([s0[:, None], states], dim=1)                             # (B, c+1, H, N, D)
-    chunk_log = F.pad(A_log[:, :, -1], (0, 0, 1, 0)).transpose(1, 2)             # (B, H, c+1)
+    chunk_log = F.pad(Lam[:, :, -1], (0, 0, 1, 0)).transpose(1, 2)               # λ_c with s_0 as chunk 0: (B, H, c+1)
     decay_chunk = _exp_segsum(chunk_log).to(cdtype)                              # (B, H, c+1, c+1)
-    states = torch.einsum("bhzc,bchnd->bzhnd", decay_chunk, states)              # (B, c+1, H, N, D)
-    Y_off = torch.einsum("bclhn,bchnd->bclhd", Cc * torch.exp(A_log).to(cdtype)[..., None], states[:, :-1])
+    states = torch.einsum("bhzc,bchnd->bzhnd", decay_chunk, states)              # s_{cQ}: (B, c+1, H, N, D)
+    Y_off = torch.einsum("bcihn,bchnd->bcihd", Cc * torch.exp(Lam).to(cdtype)[..., None], states[:, :-1])
     y = (Y_diag + Y_off).reshape(Bsz, nc * Q, H, D)[:, :T].real                 # (B, T, H, D)
     return (y, states[:, -1]) if return_final_state else y
 
@@ -128,21 +128,21 @@ def complex_state_from_real(S: torch.Tensor, theta: torch.Tensor) -> torch.Tenso
 
 # %% ../../nbs/02_chunkwise.ipynb #ebf44a34
 def real_ssd_chunked(q, k, xc, alpha, S0=None):
-    """Mamba-2 style chunked SSD with a scalar decay per head, all real: q, k (B,c,Q,H,M); xc (B,c,Q,H,D);
-    alpha (B,c,Q,H) chunk-local cumulative log-decay; S0 (B,H,M,D) or None. Returns y (B,c,Q,H,D) and the final state (B,H,M,D)."""
-    Bsz, nc, Q, H, M = q.shape
+    """Mamba-2 style chunked SSD with a scalar decay per head, all real: q, k (B,c,Q,H,2N); xc (B,c,Q,H,D);
+    alpha (B,c,Q,H) chunk-local cumulative log-decay; S0 (B,H,2N,D) or None. Returns y (B,c,Q,H,D) and the final state (B,H,2N,D)."""
+    Bsz, nc, Q, H, N2 = q.shape
     D = xc.shape[-1]
     L = _exp_masked_diff(alpha.permute(0, 1, 3, 2))                              # (B, c, H, Q, Q)
-    scores = torch.einsum("bclhm,bcshm->bchls", q, k) * L                       # (B, c, H, Q, Q)
-    y = torch.einsum("bchls,bcshd->bclhd", scores, xc)                           # intra-chunk, (B, c, Q, H, D)
+    scores = torch.einsum("bcihm,bcjhm->bchij", q, k) * L                       # (B, c, H, Q, Q)
+    y = torch.einsum("bchij,bcjhd->bcihd", scores, xc)                           # intra-chunk, (B, c, Q, H, D)
     decay_states = torch.exp(alpha[:, :, -1:] - alpha)                           # (B, c, Q, H), exponent <= 0
-    states = torch.einsum("bclhm,bclhd->bchmd", k * decay_states[..., None], xc)   # (B, c, H, M, D)
+    states = torch.einsum("bcjhm,bcjhd->bchmd", k * decay_states[..., None], xc)   # R_c: (B, c, H, 2N, D)
     if S0 is None:
-        S0 = torch.zeros(Bsz, H, M, D, dtype=states.dtype, device=states.device)
-    states = torch.cat([S0[:, None].to(states.dtype), states], dim=1)           # (B, c+1, H, M, D)
+        S0 = torch.zeros(Bsz, H, N2, D, dtype=states.dtype, device=states.device)
+    states = torch.cat([S0[:, None].to(states.dtype), states], dim=1)           # (B, c+1, H, 2N, D)
     decay_chunk = _exp_segsum(F.pad(alpha[:, :, -1], (0, 0, 1, 0)).transpose(1, 2))   # (B, H, c+1, c+1)
     states = torch.einsum("bhzc,bchmd->bzhmd", decay_chunk, states)             # state entering each chunk
-    y = y + torch.einsum("bclhm,bchmd->bclhd", q * alpha.exp()[..., None], states[:, :-1])
+    y = y + torch.einsum("bcihm,bchmd->bcihd", q * alpha.exp()[..., None], states[:, :-1])
     return y, states[:, -1]
 
 # %% ../../nbs/02_chunkwise.ipynb #8bc145fc
