@@ -25,7 +25,7 @@ except ImportError: fcntl = None      # no flock (Windows): staging folders are 
 
 # %% ../../nbs/06d_prepare.ipynb #697a5a05
 def is_val_doc(i: int, val_fraction: float) -> bool:
-    "Document `i` is held out for validation: every (1/f)-th document, exactly floor(N·f) of N."
+    "Document `i` is held out for validation: every (1/f)-th document, exactly floor(M·f) of M."
     return val_fraction > 0 and int((i + 1) * val_fraction) > int(i * val_fraction)
 
 # %% ../../nbs/06d_prepare.ipynb #0286183f
@@ -130,6 +130,39 @@ def default_workers() -> int:
     "The default number of tokenizer processes of `prepare`: the cores this process may run on."
     try: return len(os.sched_getaffinity(0))
     except AttributeError: return os.cpu_count() or 1
+
+# %% ../../nbs/06d_prepare.ipynb #2c6e1f25
+def _tokenize_into(writers: dict, sources: list[dict], val_fraction: float, workers: int, stats: dict, name: str, progress: bool):
+    "Tokenize the sources (in `workers` processes, or in this one) and append the results, in order, to the split writers."
+    pool = None
+    try:
+        if workers > 1:
+            ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+            pool = ctx.Pool(workers, initializer=_worker_init)
+            results = _ordered_map(pool, _encode_task, _tasks(sources, val_fraction, stats), depth=2 * workers)
+        else:
+            results = map(_encode_task, _tasks(sources, val_fraction, stats))
+        with tqdm(desc=f"tokenizing {name}", unit="tok", unit_scale=True, disable=not progress,
+                  file=sys.stderr, dynamic_ncols=True, mininterval=0.5) as bar:
+            for train, val in results:
+                writers["train"].write(train); writers["val"].write(val)
+                bar.update(train.size + val.size)
+        if pool is not None: pool.close(); pool.join(); pool = None
+    finally:
+        if pool is not None: pool.terminate(); pool.join()
+
+def _meta(enc: tiktoken.Encoding, sources: list[dict], val_fraction: float, shard_tokens: int, n_docs: dict, shards: dict) -> dict:
+    "What `meta.json` records: format, tokenizer, options, inputs, the document, token and shard counts, and hashes."
+    return dict(
+        format="mamba3_lite token shards", shard_version=SHARD_VERSION,
+        tokenizer=dict(name=enc.name, n_vocab=enc.n_vocab, eot_id=EOT_ID, ranks_sha256=GPT2_RANKS_SHA256),
+        vocab_size=enc.n_vocab, separator="EOT before every document",
+        val_fraction=val_fraction, shard_tokens=int(shard_tokens),
+        inputs=[dict(spec=s["spec"], kind=s["kind"], file=s.get("rel"),
+                     bytes=s["path"].stat().st_size if "path" in s else None) for s in sources],
+        documents=n_docs, tokens={s: sum(x["tokens"] for x in v) for s, v in shards.items()}, shards=shards,
+        content_sha256=content_sha256({x["file"]: x["sha256"] for v in shards.values() for x in v}))
+
 
 # %% ../../nbs/06d_prepare.ipynb #cd77539e
 def _check_options(val_fraction: float, shard_tokens: int, workers: int | None) -> int:
@@ -270,39 +303,6 @@ def _where(e: OSError, staging: Path, out_dir: Path) -> str | None:
     if e.filename is None: return str(out_dir)    # a full disk inside write(): no path of its own
     f = Path(os.fsdecode(e.filename))
     return str(out_dir.parent) if f == staging else str(out_dir) if staging in f.parents else None
-
-# %% ../../nbs/06d_prepare.ipynb #2c6e1f25
-def _tokenize_into(writers: dict, sources: list[dict], val_fraction: float, workers: int, stats: dict, name: str, progress: bool):
-    "Tokenize the sources (in `workers` processes, or in this one) and append the results, in order, to the split writers."
-    pool = None
-    try:
-        if workers > 1:
-            ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-            pool = ctx.Pool(workers, initializer=_worker_init)
-            results = _ordered_map(pool, _encode_task, _tasks(sources, val_fraction, stats), depth=2 * workers)
-        else:
-            results = map(_encode_task, _tasks(sources, val_fraction, stats))
-        with tqdm(desc=f"tokenizing {name}", unit="tok", unit_scale=True, disable=not progress,
-                  file=sys.stderr, dynamic_ncols=True, mininterval=0.5) as bar:
-            for train, val in results:
-                writers["train"].write(train); writers["val"].write(val)
-                bar.update(train.size + val.size)
-        if pool is not None: pool.close(); pool.join(); pool = None
-    finally:
-        if pool is not None: pool.terminate(); pool.join()
-
-def _meta(enc: tiktoken.Encoding, sources: list[dict], val_fraction: float, shard_tokens: int, n_docs: dict, shards: dict) -> dict:
-    "What `meta.json` records: format, tokenizer, options, inputs, the document, token and shard counts, and hashes."
-    return dict(
-        format="mamba3_lite token shards", shard_version=SHARD_VERSION,
-        tokenizer=dict(name=enc.name, n_vocab=enc.n_vocab, eot_id=EOT_ID, ranks_sha256=GPT2_RANKS_SHA256),
-        vocab_size=enc.n_vocab, separator="EOT before every document",
-        val_fraction=val_fraction, shard_tokens=int(shard_tokens),
-        inputs=[dict(spec=s["spec"], kind=s["kind"], file=s.get("rel"),
-                     bytes=s["path"].stat().st_size if "path" in s else None) for s in sources],
-        documents=n_docs, tokens={s: sum(x["tokens"] for x in v) for s, v in shards.items()}, shards=shards,
-        content_sha256=content_sha256({x["file"]: x["sha256"] for v in shards.values() for x in v}))
-
 
 # %% ../../nbs/06d_prepare.ipynb #d3aa8bf5
 def prepare(inputs, out_dir, val_fraction: float = 0.005, shard_tokens: int = 100_000_000, workers: int | None = None,

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['STALE_TEMPORARIES', 'RUN_FILES', 'rng_state', 'set_rng_state', 'seed_everything', 'CheckpointError',
-           'DivergenceError', 'os_error_in', 'step_of', 'first_nonfinite', 'CheckpointManager', 'run_artifacts',
-           'free_run_dir', 'writable_problem', 'claim_run_dir', 'resume_changes', 'resume_refusal', 'NanGuard',
+           'DivergenceError', 'os_error_in', 'step_of', 'first_nonfinite', 'CheckpointManager', 'resume_changes',
+           'resume_refusal', 'NanGuard', 'run_artifacts', 'free_run_dir', 'writable_problem', 'claim_run_dir',
            'convert_legacy_optimizer_state', 'optimizer_state_for']
 
 # %% ../../nbs/07c_checkpoint.ipynb #a58b683d
@@ -115,23 +115,6 @@ class CheckpointManager:
         ds = [d for d in self.checkpoints() if d not in self.damaged and (keep is None or step_of(d) <= step_of(keep))]
         for d in ds[:-self.keep_last]: shutil.rmtree(d, ignore_errors=True)
 
-# %% ../../nbs/07c_checkpoint.ipynb #cd49e485
-STALE_TEMPORARIES = (".tmp-step_*", ".final.tmp-*", "final.tmp-*", ".metrics.jsonl.tmp-*", ".config.json.tmp-*",
-                     ".loss_curve.png.tmp-*", ".write-probe-*")
-
-@patch
-def recover(self: CheckpointManager):
-    "Clean up after a process killed while writing here: put back a moved-aside complete folder whose replacement never landed; remove this package's temporaries."
-    for old in sorted(self.dir.glob(".step_*.old-*")) + sorted(self.dir.glob(".final.old-*")):   # publish_dir(replace=True)
-        final = self.dir / old.name[1:].split(".old-")[0]
-        if final.exists(): self.log(f"checkpoint: removing replaced copy {old}"); shutil.rmtree(old, ignore_errors=True)
-        else:                                             # killed between its two renames: the old folder is complete
-            os.rename(old, final); self.log(f"checkpoint: restored {final.name} from {old.name} (a save replacing it was killed)")
-    for tmp in sorted(t for pattern in STALE_TEMPORARIES for t in self.dir.glob(pattern)):   # left by a process killed while writing
-        self.log(f"checkpoint: removing incomplete write {tmp}")
-        if tmp.is_dir(): shutil.rmtree(tmp, ignore_errors=True)
-        else: tmp.unlink(missing_ok=True)
-
 # %% ../../nbs/07c_checkpoint.ipynb #2ad14c8c
 @patch
 def validate(self: CheckpointManager, path) -> dict:
@@ -180,50 +163,6 @@ def divergence(self: CheckpointManager, what: str) -> DivergenceError:
     good = self.last_good()
     return DivergenceError(f"training diverged: {what}; " + (f"the last good checkpoint is {good} (continue from it with --resume {good}, "
                            "e.g. with a lower --lr and --allow-config-change lr)" if good else "there is no good checkpoint to continue from"))
-
-# %% ../../nbs/07c_checkpoint.ipynb #5e768e0e
-RUN_FILES = ("metrics.jsonl", "config.json", "final", "loss_curve.png")
-
-def run_artifacts(directory) -> list[str]:
-    "The names in `directory` that belong to a training run: checkpoints (complete or not, or moved aside by a killed save), `metrics.jsonl`, `config.json`, `final/`."
-    d = Path(directory)
-    if not d.is_dir(): return []
-    return sorted({p.name for p in d.glob("step_*")} | {p.name for p in d.glob(".step_*.old-*")} | {n for n in RUN_FILES if (d / n).exists()})
-
-def free_run_dir(directory) -> Path:
-    "`directory` if it holds no run, else the first sibling `<directory>-2`, `-3`, ... that holds none."
-    d = Path(directory)
-    if d.name in ("", ".", ".."): d = Path(os.path.abspath(d))
-    n = 1
-    while run_artifacts(d if n == 1 else Path(f"{d}-{n}")): n += 1
-    return d if n == 1 else Path(f"{d}-{n}")
-
-def writable_problem(directory) -> str | None:
-    "Why files can't be written in `directory` (created if missing), found by writing, syncing and removing a probe file; None if they can."
-    d = Path(directory)
-    probe = d / f".write-probe-{os.getpid()}"
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        with open(probe, "wb") as fh:
-            fh.write(b"probe"); fsync_file(fh)
-        probe.unlink()
-    except OSError as e: return f"cannot write in {d} ({e.strerror or e})"
-    return None
-
-def claim_run_dir(directory, resume: str | None = None) -> tuple[Path, str | None, list[str]]:
-    """(the folder a run uses, why it can't be written or None, what of another run moved it there). A run that starts
-    fresh — no `resume`, or `resume='auto'` with no checkpoint in `directory` — takes `free_run_dir`; `resume=PATH`
-    continues in `directory` only if that is PATH's own folder or holds no run (a branch), else it is refused."""
-    d = Path(directory)
-    if resume not in (None, "auto"):
-        home, other = Path(resume).parent, run_artifacts(d)
-        if other and d.resolve() != home.resolve():
-            return d, (f"{d} holds another run ({', '.join(other[:3])}); --resume {resume} continues the run in {home}: "
-                       f"pass --checkpoint_dir {home}, or an empty folder to branch it"), []
-        return d, writable_problem(d), []
-    fresh = resume is None or not any(p.is_dir() for p in d.glob("step_*"))
-    new = free_run_dir(d) if fresh else d
-    return new, writable_problem(new), run_artifacts(d) if new != d else []
 
 # %% ../../nbs/07c_checkpoint.ipynb #b58535b4
 def resume_changes(state: dict, cfg, data: dict, global_batch: int, free=()) -> tuple[list[str], list[str]]:
@@ -280,6 +219,67 @@ class NanGuard:
     def state_dict(self): return {"skipped": self.skipped, "rollbacks": self.rollbacks}
     def load_state_dict(self, sd): self.skipped, self.rollbacks = sd["skipped"], sd["rollbacks"]
 
+# %% ../../nbs/07c_checkpoint.ipynb #cd49e485
+STALE_TEMPORARIES = (".tmp-step_*", ".final.tmp-*", "final.tmp-*", ".metrics.jsonl.tmp-*", ".config.json.tmp-*",
+                     ".loss_curve.png.tmp-*", ".write-probe-*")
+
+@patch
+def recover(self: CheckpointManager):
+    "Clean up after a process killed while writing here: put back a moved-aside complete folder whose replacement never landed; remove this package's temporaries."
+    for old in sorted(self.dir.glob(".step_*.old-*")) + sorted(self.dir.glob(".final.old-*")):   # publish_dir(replace=True)
+        final = self.dir / old.name[1:].split(".old-")[0]
+        if final.exists(): self.log(f"checkpoint: removing replaced copy {old}"); shutil.rmtree(old, ignore_errors=True)
+        else:                                             # killed between its two renames: the old folder is complete
+            os.rename(old, final); self.log(f"checkpoint: restored {final.name} from {old.name} (a save replacing it was killed)")
+    for tmp in sorted(t for pattern in STALE_TEMPORARIES for t in self.dir.glob(pattern)):   # left by a process killed while writing
+        self.log(f"checkpoint: removing incomplete write {tmp}")
+        if tmp.is_dir(): shutil.rmtree(tmp, ignore_errors=True)
+        else: tmp.unlink(missing_ok=True)
+
+# %% ../../nbs/07c_checkpoint.ipynb #5e768e0e
+RUN_FILES = ("metrics.jsonl", "config.json", "final", "loss_curve.png")
+
+def run_artifacts(directory) -> list[str]:
+    "The names in `directory` that belong to a training run: checkpoints (complete or not, or moved aside by a killed save), `metrics.jsonl`, `config.json`, `final/`."
+    d = Path(directory)
+    if not d.is_dir(): return []
+    return sorted({p.name for p in d.glob("step_*")} | {p.name for p in d.glob(".step_*.old-*")} | {n for n in RUN_FILES if (d / n).exists()})
+
+def free_run_dir(directory) -> Path:
+    "`directory` if it holds no run, else the first sibling `<directory>-2`, `-3`, ... that holds none."
+    d = Path(directory)
+    if d.name in ("", ".", ".."): d = Path(os.path.abspath(d))
+    n = 1
+    while run_artifacts(d if n == 1 else Path(f"{d}-{n}")): n += 1
+    return d if n == 1 else Path(f"{d}-{n}")
+
+def writable_problem(directory) -> str | None:
+    "Why files can't be written in `directory` (created if missing), found by writing, syncing and removing a probe file; None if they can."
+    d = Path(directory)
+    probe = d / f".write-probe-{os.getpid()}"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as fh:
+            fh.write(b"probe"); fsync_file(fh)
+        probe.unlink()
+    except OSError as e: return f"cannot write in {d} ({e.strerror or e})"
+    return None
+
+def claim_run_dir(directory, resume: str | None = None) -> tuple[Path, str | None, list[str]]:
+    """(the folder a run uses, why it can't be written or None, what of another run moved it there). A run that starts
+    fresh — no `resume`, or `resume='auto'` with no checkpoint in `directory` — takes `free_run_dir`; `resume=PATH`
+    continues in `directory` only if that is PATH's own folder or holds no run (a branch), else it is refused."""
+    d = Path(directory)
+    if resume not in (None, "auto"):
+        home, other = Path(resume).parent, run_artifacts(d)
+        if other and d.resolve() != home.resolve():
+            return d, (f"{d} holds another run ({', '.join(other[:3])}); --resume {resume} continues the run in {home}: "
+                       f"pass --checkpoint_dir {home}, or an empty folder to branch it"), []
+        return d, writable_problem(d), []
+    fresh = resume is None or not any(p.is_dir() for p in d.glob("step_*"))
+    new = free_run_dir(d) if fresh else d
+    return new, writable_problem(new), run_artifacts(d) if new != d else []
+
 # %% ../../nbs/07c_checkpoint.ipynb #aca1d5e9
 def convert_legacy_optimizer_state(old: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
     "The state dict of `optimizer` (one AdamW) from the former two-AdamW `{'optimizers': [...]}` (complex `A_log` split into `A_log`, `A_imag`)."
@@ -314,7 +314,7 @@ def convert_legacy_optimizer_state(old: dict, model: torch.nn.Module, optimizer:
 # %% ../../nbs/07c_checkpoint.ipynb #8bbf017c
 def optimizer_state_for(sd: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer, fsdp: bool) -> dict:
     "The checkpoint optimizer state `sd` as `optimizer` (an FSDP2 run's if `fsdp`) takes it; `CheckpointError` saying why when it can't."
-    if "optimizers" in sd:                                             # the two-AdamW format of before the re-layout
+    if "optimizers" in sd:                                             # the two-AdamW format of earlier versions
         if fsdp: raise CheckpointError("its optimizer state is the former two-optimizer format (complex A), which FSDP2 can't convert; "
                                        "resume it once without --parallel fsdp, or start afresh with a new --checkpoint_dir")
         try: return convert_legacy_optimizer_state(sd, model, optimizer)

@@ -75,7 +75,7 @@ def _spec(gpu: str) -> tuple[str, GPUSpec]:
 def project_throughput(gpu: str, measured_tokens_per_s: float = H200_MEASURED.tokens_per_s, measured_on: str = "h200",
                        gemm_fraction: float = GEMM_FRACTION, n_params: int | None = None, n_gpus: int = 1) -> Projection:
     """Training tokens/s on `n_gpus` x `gpu` ('a100' | 'h100' | 'h200' or a device name), projected from
-    `measured_tokens_per_s` on one `measured_on` GPU (of the default 434M model; `n_params` rescales it by 6N FLOPs
+    `measured_tokens_per_s` on one `measured_on` GPU (of the default 434M model; `n_params` rescales it by 6 x n_params FLOPs
     per token): the GEMM share scales with the dense bf16 peak, the rest with HBM bandwidth. A projection."""
     (k, g), (mk, m) = _spec(gpu), _spec(measured_on)
     if not 0 <= gemm_fraction <= 1: raise ValueError(f"gemm_fraction: expected a share in [0, 1], got {gemm_fraction!r}")
