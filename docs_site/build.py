@@ -17,7 +17,8 @@ NBS, LIB, README = ROOT / "nbs", ROOT / "mamba3_lite", ROOT / "README.md"
 MATHJAX = SITE / "node_modules" / "mathjax" / "es5"
 MATHJAX_PARTS = ["tex-chtml.js", "input/tex/extensions", "output/chtml/fonts/woff-v2"]
 PARTS = {"00": "Foundations", "01": "The scan", "02": "The scan", "03": "The model", "04": "The model",
-         "05": "Triton kernels", "06": "Data", "07": "Training", "08": "Training"}
+         "05": "Triton kernels", "06": "Data", "07": "Training", "08": "Training", "09": "The paper's Mamba-3",
+         "10": "Experiments"}
 SITE_FILES = ["build.py", "conf.py", "site_ext.py", "package-lock.json", "_static/site.css", "_static/favicon.svg"]
 HIDE, NO_INPUT, NO_OUTPUT = {"hide", "include"}, {"echo", "hide_input"}, {"output", "hide_output"}
 EXPORT = {"export", "exports", "exporti"}
