@@ -49,16 +49,16 @@ if HAS_TRITON:
         xr = tl.load(Xr + qp, mask=mqp, other=0.)
         ar, ai = tl.load(Ar + row, mask=ml, other=0.), tl.load(Ai + row, mask=ml, other=0.)
         dr, di = tl.load(Dr + row, mask=ml, other=0.), tl.load(Di + row, mask=ml, other=0.)
-        # G = C B^T (complex, no conjugate), (BQ, BQ)
+        # scores = C B^T (complex, no conjugate), (BQ, BQ)
         g_re = dot(cr, tl.trans(br), F64, PREC) - dot(ci, tl.trans(bi), F64, PREC)
         g_im = dot(cr, tl.trans(bi), F64, PREC) + dot(ci, tl.trans(br), F64, PREC)
-        # L = exp(A_l - A_s) for l >= s: real part masked to -inf *before* exp, phase masked to 0
+        # L = exp(Lam_i - Lam_j) for i >= j: real part masked to -inf *before* exp, phase masked to 0
         causal = (l[:, None] >= l[None, :]) & ml[:, None] & ml[None, :]
         mag = tl.exp(tl.where(causal, ar[:, None] - ar[None, :], float("-inf")))
         ph = tl.where(causal, ai[:, None] - ai[None, :], 0.)
         l_re, l_im = mag * tl.cos(ph), mag * tl.sin(ph)
         s_re, s_im = g_re * l_re - g_im * l_im, g_re * l_im + g_im * l_re
-        # chunk-end state St[p, n] = sum_l X[l, p] (B * decay)[l, n]
+        # chunk state r[p, n] = sum_i X[i, p] (B * decay)[i, n]
         bd_re = br * dr[:, None] - bi * di[:, None]
         bd_im = br * di[:, None] + bi * dr[:, None]
         xrt = tl.trans(xr)
@@ -110,7 +110,7 @@ if HAS_TRITON:
         s_re, s_im = g_re * l_re - g_im * l_im, g_re * l_im + g_im * l_re
         bd_re = br * dr[:, None] - bi * di[:, None]
         bd_im = br * di[:, None] + bi * dr[:, None]
-        # Y = S X: dS = dY X^H, dX = S^H dY ; St = X^T Bd: dX += conj(Bd) dSt^T, dBd = conj(X) dSt
+        # Y = P X: dP = dY X^H, dX = P^H dY ; r = X^T Bd: dX += conj(Bd) dr^T, dBd = conj(X) dr
         xrt = tl.trans(xr)
         ds_re, ds_im = dot(gyr, xrt, F64, PREC), dot(gyi, xrt, F64, PREC)
         s_ret, s_imt = tl.trans(s_re), tl.trans(s_im)
@@ -129,12 +129,12 @@ if HAS_TRITON:
             dbd_im -= dot(xi, gsr, F64, PREC)
             tl.store(dXi + qp, dx_im, mask=mqp)
         tl.store(dXr + qp, dx_re, mask=mqp)
-        # S = G o L: dG = dS o conj(L); dA_log from R = dL o conj(L) = dS o conj(S): rowsum - colsum
+        # P = scores o L: dscores = dP o conj(L); dLam from R = dL o conj(L) = dP o conj(P): rowsum - colsum
         dg_re, dg_im = ds_re * l_re + ds_im * l_im, ds_im * l_re - ds_re * l_im
         r_re, r_im = ds_re * s_re + ds_im * s_im, ds_im * s_re - ds_re * s_im
         tl.store(dAr + row, tl.sum(r_re, axis=1) - tl.sum(r_re, axis=0), mask=ml)
         tl.store(dAi + row, tl.sum(r_im, axis=1) - tl.sum(r_im, axis=0), mask=ml)
-        # G = C B^T: dC = dG conj(B), dB = dG^T conj(C); Bd = B o d: dB += dBd conj(d), dd = rowsum(dBd conj(B))
+        # scores = C B^T: dC = dscores conj(B), dB = dscores^T conj(C); Bd = B o d: dB += dBd conj(d), dd = rowsum(dBd conj(B))
         if RELOAD:                            # B, C from global memory (L2) again: their shared copies can die early
             br, bi = tl.load(Br + qn, mask=mqn, other=0.), tl.load(Bi + qn, mask=mqn, other=0.)
             cr, ci = tl.load(Cr + qn, mask=mqn, other=0.), tl.load(Ci + qn, mask=mqn, other=0.)
@@ -160,7 +160,7 @@ def per_chunk_backward_config(capability=None) -> dict:
 
 # %% ../../../nbs/05e_triton_per_chunk.ipynb #173ee0fc
 class _PerChunkSSD(torch.autograd.Function):
-    "The seed's per-chunk contract as one Triton kernel forward and one Triton kernel backward (complex via re/im planes)."
+    "The per-chunk contract of chapter 02 as one Triton kernel forward and one Triton kernel backward (complex via re/im planes)."
     @staticmethod
     def forward(ctx, Bc, Cc, Xc, A_log, decay_states, bwd_config):
         Bsz, nc, Q, H, N = Bc.shape
@@ -212,13 +212,14 @@ class _PerChunkSSD(torch.autograd.Function):
 # %% ../../../nbs/05e_triton_per_chunk.ipynb #0556a495
 def per_chunk_ssd_triton(Bc, Cc, Xc, A_log, decay_states, backward_config=None):
     """Per-chunk SSD with exactly `per_chunk_ssd_pytorch`'s contract, as Triton kernels (forward and backward).
-    Bc, Cc (B,c,Q,H,N) complex; Xc (B,c,Q,H,P) real or complex; A_log, decay_states (B,c,Q,H) complex (complex128 is
-    computed in fp32 planes for complex64 B/C: A_log is chunk-local, so fp32 holds its differences).
+    Bc, Cc (B,c,Q,H,N) complex; Xc (B,c,Q,H,P) real or complex; A_log (the chunk-local cumulative log-decay,
+    chapter 02's Lam) and decay_states (B,c,Q,H) complex (complex128 is computed in fp32 planes for complex64 B/C:
+    A_log is chunk-local, so fp32 holds its differences).
     Returns Y_diag (B,c,Q,H,P) and chunk-end states (B,c,H,P,N), complex. `backward_config`: the backward kernel's
     choices (default: `per_chunk_backward_config` of the device)."""
     Bsz, nc, Q, H, N = Bc.shape
     check_block_dims(chunk_size=Q, state_dim=N, head_dim=Xc.shape[-1])
     require_triton(Bc, Cc, Xc)
     if not (Bc.is_complex() and Cc.is_complex() and A_log.is_complex()):
-        raise TypeError("per_chunk_ssd_triton: Bc, Cc and A_log must be complex (the seed's contract)")
+        raise TypeError("per_chunk_ssd_triton: Bc, Cc and A_log must be complex (the per-chunk contract of chapter 02)")
     return _PerChunkSSD.apply(Bc, Cc, Xc, A_log, decay_states, backward_config)
