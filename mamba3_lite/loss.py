@@ -20,7 +20,7 @@ def ce_chunk(logits, targets, vocab_size: int, ignore_index: int = -100):
     lse = torch.logsumexp(x, dim=-1)                                       # (m,)
     loss = torch.where(valid, lse - x.gather(1, tgt[:, None])[:, 0], 0.0).sum()
     grad = torch.exp(x - lse[:, None])                                     # p
-    grad = grad - F.one_hot(tgt, x.shape[1]).to(grad.dtype)                # p - e_t
+    grad = grad - F.one_hot(tgt, x.shape[1]).to(grad.dtype)                # p - e_ν (ν: the target)
     grad = torch.where(valid[:, None], grad, 0.0)                          # ignored rows add nothing
     return loss, grad.to(logits.dtype)
 
