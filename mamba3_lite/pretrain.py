@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['ASSUMED_GPU_MFU', 'CPU_EFFICIENCY', 'ACT_FACTOR', 'USER_ERRORS', 'RUN_ERRORS', 'parse_overrides', 'load_config_file',
-           'build_config', 'count_params', 'estimate_memory', 'dry_run', 'user_error', 'main']
+           'build_config', 'count_params', 'estimate_memory', 'dry_run', 'user_error', 'val_bits_per_byte', 'main']
 
 # %% ../nbs/08_pretrain.ipynb #2f5a431c
 import argparse, builtins, io, json, sys, textwrap, time, traceback
@@ -16,7 +16,8 @@ import torch
 from .model import ModelConfig, Mamba3Transformer
 from .runtime import env_flag, error_line, launch_env
 from .data.shards import ShardError
-from .data.loader import PretrainDataset
+from .data.tokenizer import bits_per_byte, get_tokenizer
+from .data.loader import PretrainDataset, batches
 from .train.config import TrainingConfig, ConfigError, PRESETS, MODEL_FIELDS, coerce_field, config_warnings, suggest_field
 from .train.checkpoint import CheckpointError, DivergenceError, os_error_in
 from .train.metrics import PEAK_BF16_FLOPS, peak_flops
@@ -66,10 +67,18 @@ def build_config(preset: str | None = None, config_file=None, overrides: dict | 
     "The preset, then the file, then the overrides; `ConfigError` names any bad key or value (and the file)."
     cfg = TrainingConfig.from_dict(PRESETS[preset]) if preset else TrainingConfig()
     if config_file is not None:
-        try: cfg = TrainingConfig.from_dict(load_config_file(config_file), base=cfg)
+        try: cfg = TrainingConfig.from_dict(_vocab_for_tokenizer(load_config_file(config_file), cfg), base=cfg)
         except ConfigError as e: raise ConfigError(f"--config {config_file}: {e}") from None
-    if overrides: cfg = TrainingConfig.from_dict(overrides, base=cfg)
+    if overrides: cfg = TrainingConfig.from_dict(_vocab_for_tokenizer(overrides, cfg), base=cfg)
     return cfg
+
+def _vocab_for_tokenizer(d: dict, base: TrainingConfig) -> dict:
+    "A tokenizer and a vocabulary given apart follow each other: `--tokenizer gpt2` alone sets the model's vocabulary to GPT-2's; a vocabulary alone makes the tokenizer 'auto'."
+    model = d.get("model") if isinstance(d.get("model"), dict) else {}
+    name, vocab = d.get("tokenizer"), "vocab_size" in model or "model.vocab_size" in d
+    if name in ("gpt2", "bytes") and not vocab: return {**d, "model": {**model, "vocab_size": get_tokenizer(name).n_vocab}}
+    if vocab and name is None: return {**d, "tokenizer": "auto"}
+    return d
 
 # %% ../nbs/08_pretrain.ipynb #6426b41e
 ASSUMED_GPU_MFU, CPU_EFFICIENCY = 0.27, 0.3
@@ -121,11 +130,12 @@ def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.de
     except (ConfigError, ValueError, OSError) as e: corpus = f"unreadable ({e})"
     G = 2**30
     def n_tok(n): return f"{n / 1e9:.3f}B" if n >= 1e9 else f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n:,}"
-    lines = [f"model: {P:,} parameters (d_model {m.d_model}, {m.n_layers} layers, vocab {m.vocab_size:,})",
+    lines = [f"model: {P:,} parameters (d_model {m.d_model}, {m.n_layers} layers, vocab {m.vocab_size:,}: {cfg.tokenizer_name})",
              f"tokens per step: {tps:,} = micro-batch {cfg.batch_size} x accumulation {cfg.gradient_accumulation_steps} x {m.max_seq_len} tokens x {world_size} rank(s)",
              f"token budget: {cfg.max_steps:,} steps x {tps:,} = {n_tok(budget)} tokens"
              + (f" ({budget / corpus:.2f} epochs of the {n_tok(corpus)}-token corpus)" if isinstance(corpus, int) and corpus else "")
-             + (" (built-in Shakespeare corpus: 1.5M tokens)" if cfg.data_path == "builtin" else ""),
+             + ((" (built-in Shakespeare corpus: 5.06M bytes)" if cfg.tokenizer_name == "bytes" else
+                 " (built-in Shakespeare corpus: 1.5M tokens)") if cfg.data_path == "builtin" else ""),
              f"memory per {'GPU' if device.type == 'cuda' else 'CPU process'} (estimate): states {mem['states'] / G:.1f} GiB + activations {mem['activations'] / G:.1f} GiB"
              f" (grad checkpoint {'on' if m.grad_checkpoint else 'off'}) + logits {mem['logits'] / G:.1f} GiB = {mem['total'] / G:.1f} GiB"]
     key = gpu_key(gpu) if gpu else (gpu_key(torch.cuda.get_device_name(device)) if device.type == "cuda" and torch.cuda.is_available()
@@ -196,19 +206,44 @@ def user_error(e: BaseException) -> BaseException | None:
     if isinstance(e, USER_ERRORS): return e
     return os_error_in(e) if isinstance(e, RuntimeError) else None      # torch.save on a full disk: the Errno 28 in the chain
 
+# %% ../nbs/08_pretrain.ipynb #4375827e
+def val_bits_per_byte(trainer: Pretrainer, val_loss: float | None) -> float | None:
+    "`val_loss` (nats per token over the windows `trainer.evaluate` reads) as bits per byte of the text those windows predict (chapter 06a)."
+    if trainer.val_ds is None or val_loss is None: return None
+    cfg, tok = trainer.cfg, trainer.tokenizer
+    sampler = trainer.val_ds.sampler(cfg.batch_size, rank=trainer.env.rank, world_size=trainer.env.world_size, shuffle=False)
+    ys = [y.flatten().tolist() for _, (_, y) in zip(range(cfg.eval_batches), batches(trainer.val_ds, sampler))]
+    n_tok = sum(len(y) for y in ys)
+    n_bytes = sum(len(tok.decode_bytes([t for t in y if t != tok.eot_token])) for y in ys)   # an EOT is a token of no text
+    return bits_per_byte(val_loss, n_tok, n_bytes)            # rank 0's windows: the summary line is rank 0's
+
 # %% ../nbs/08_pretrain.ipynb #2c335e04
+def _summary(trainer: Pretrainer, out: dict, seconds: float) -> str:
+    "What a finished run prints (rank 0): the loss, the validation loss in bits per byte, a sample, and where its files are."
+    cfg, n, lines = trainer.cfg, 4 * trainer.cfg.sample_tokens, []
+    if losses := out["losses"]:
+        lines.append(f"done: step {out['step']} in {seconds / 60:.1f} min, train loss {losses[0]:.3f} -> {losses[-1]:.3f} nats/token, "
+                     f"{out['skipped']} skipped, {out['rollbacks']} rollback(s)")
+    if (bpb := val_bits_per_byte(trainer, out.get("val_loss"))) is not None:
+        lines.append(f"val {bpb:.3f} bits/byte (loss {out['val_loss']:.3f} nats/token over {cfg.eval_batches} x {cfg.batch_size} "
+                     f"windows of the validation split; tokenizer: {trainer.tokenizer_name})")
+    if n: lines.append(f"sample ({n} tokens, temperature 0.8, top-k 50):\n" + trainer.sample("\n", max_new_tokens=n).rstrip() + "\n")
+    run = Path(cfg.checkpoint_dir)
+    if out.get("final"): lines.append(f"final weights in {out['final']} (model.safetensors, config.json, tokenizer.json, SHA256SUMS)")
+    lines.append(f"loss curve: {run / 'loss_curve.png'}; metrics: {run / 'metrics.jsonl'}")
+    if out.get("final"): lines.append(f"more text: python -m mamba3_lite.generate {run} \"ROMEO:\" --max_new_tokens 300")
+    return "\n".join(lines)
+
+# %% ../nbs/08_pretrain.ipynb #61378e32
 def _train(cfg: TrainingConfig, stage: dict) -> int:
     "Run `cfg` to the end; rank 0 prints the summary and a sample. `stage['training']` turns True once the run is built."
+    t0 = time.perf_counter()
     trainer = Pretrainer(cfg)
     try:
         stage["training"] = True
         out = trainer.train()
         n = 4 * trainer.cfg.sample_tokens
-        if trainer.env.is_main:
-            losses = out["losses"]
-            if losses: print(f"done: step {out['step']}, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
-                             f"{out['skipped']} skipped, {out['rollbacks']} rollback(s); final weights in {out.get('final')}")
-            if n: print("sample:\n" + trainer.sample("\n", max_new_tokens=n))
+        if trainer.env.is_main: print(_summary(trainer, out, time.perf_counter() - t0))
         elif n and trainer.env.distributed and trainer.cfg.parallel == "fsdp":
             trainer.sample("\n", max_new_tokens=n)     # FSDP2: sample() gathers the full weights, a collective every rank joins; the others then return ""
     finally: trainer.close()

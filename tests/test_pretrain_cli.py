@@ -59,8 +59,9 @@ def test_config_file_and_overrides(tmp_path, corpus):
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [
         "config.json", "final", "loss_curve.png", "metrics.jsonl", "step_00000004", "step_00000008", "tb"]
     assert list((tmp_path / "ck" / "tb").glob("events.out.tfevents.*"))
-    assert sorted(p.name for p in (tmp_path / "ck" / "final").iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors"]
-    assert "sample:" in r.stdout and "done: step 8" in r.stdout
+    assert sorted(p.name for p in (tmp_path / "ck" / "final").iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors", "tokenizer.json"]
+    assert "sample (" in r.stdout and "done: step 8" in r.stdout and " bits/byte (loss " in r.stdout
+    assert saved["tokenizer"] == "bytes"                       # 'auto' with a 256-id vocabulary, recorded as what it meant
 
 
 @pytest.mark.parametrize("args, status, message", [
@@ -147,8 +148,9 @@ def test_dry_run_and_defaults(capsys, monkeypatch):
     assert "memory per CPU process (estimate)" in out and "time to the token budget" in out
     assert main(["--preset", "h200", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    # 433,662,848 real numbers: the original's 433,662,400 with each head's complex A counted as two reals
-    assert "433,662,848 parameters" in out and "65,536" in out and "16.777B tokens" in out
+    # 433,710,976 real numbers: the original's 433,662,400, each head's complex A counted as two reals (+448), and the
+    # 47 rows (x 1024) that pad the tied embedding to a multiple of 64 (pad_vocab_multiple, +48,128)
+    assert "433,710,976 parameters" in out and "65,536" in out and "16.777B tokens" in out
     assert "memory per GPU" in out and "H200 (no GPU here)" in out and "a projection" in out
     assert main(["--preset", "a100", "--dry-run", "--gpu", "a100"]) == 0           # issue 16: the named GPU, projected
     out = capsys.readouterr().out
@@ -164,12 +166,30 @@ def test_dry_run_and_defaults(capsys, monkeypatch):
 
 
 def test_tiny_preset_runs(tmp_path):
-    "The default command's preset, cut to 3 steps: the GPT-2 vocabulary, the built-in corpus, a sample at the end."
+    "The default command's preset, cut to 3 steps: bytes, the built-in corpus, the summary lines at the end."
     r = cli("--preset", "tiny", "--max_steps", "3", "--eval_every", "2", "--save_every", "2", "--sample_tokens", "4",
             "--eval_batches", "1", "--checkpoint_dir", tmp_path / "ck", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "training 7,157,024 parameters" in r.stdout and "sample:" in r.stdout and "done: step 3" in r.stdout
-    assert (tmp_path / "ck" / "final" / "model.safetensors").exists()
+    assert "training 953,504 parameters" in r.stdout and "tokenizer: bytes" in r.stdout and "done: step 3" in r.stdout
+    lines = r.stdout.splitlines()
+    val = next(l for l in lines if l.startswith("val "))
+    assert val.split()[2] == "bits/byte" and 5 < float(val.split()[1]) < 8.5, val      # 3 steps: near ln(256)/ln(2) = 8 bits
+    assert any(l.startswith("sample (16 tokens") for l in lines)
+    assert f"final weights in {tmp_path / 'ck' / 'final'} (" in r.stdout and f"loss curve: {tmp_path / 'ck' / 'loss_curve.png'}" in r.stdout
+    assert (tmp_path / "ck" / "final" / "tokenizer.json").exists() and (tmp_path / "ck" / "loss_curve.png").exists()
+
+
+def test_tokenizer_flag(tmp_path, capsys):
+    "GPT-2 is one flag away on a CPU: the vocabulary follows the tokenizer; a vocabulary that can't hold it is refused by name."
+    from mamba3_lite.pretrain import build_config, parse_overrides
+    cfg = build_config("tiny", overrides=parse_overrides(["--tokenizer", "gpt2"]))
+    assert (cfg.tokenizer, cfg.model.vocab_size, cfg.model.d_model) == ("gpt2", 50257, 128)
+    assert main(["--preset", "tiny", "--dry-run", "--tokenizer", "gpt2"]) == 0
+    assert "vocab 50,257: gpt2" in capsys.readouterr().out
+    assert main(["--preset", "tiny", "--dry-run", "--tokenizer", "gpt2", "--model.vocab_size", "256"]) == 2
+    assert "error: tokenizer: gpt2 has 50,257 ids, more than model.vocab_size 256" in capsys.readouterr().err
+    cfg = build_config("tiny", overrides=parse_overrides(["--model.vocab_size", "16"]))     # a vocabulary alone: the tokenizer follows
+    assert (cfg.tokenizer, cfg.tokenizer_name) == ("auto", "bytes")
 
 
 def _wait_for(path: Path, proc, timeout=120):

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['ALIASES', 'COMPILE_MODES', 'PARALLEL_MODES', 'MODEL_FIELDS', 'MAX_SEED', 'TINY_MODEL', 'GPU_MODEL', 'PRESETS',
            'ConfigError', 'coerce_field', 'suggest_field', 'TrainingConfig', 'model_with', 'field_names',
-           'config_warnings', 'expand_model_keys']
+           'config_warnings', 'cpu_threads', 'set_cpu_threads', 'expand_model_keys']
 
 # %% ../../nbs/07a_config.ipynb #e53eae25
 import dataclasses, difflib, json, math, os, re
@@ -17,6 +17,7 @@ from fastcore.basics import patch
 
 from ..model import ModelConfig
 from ..runtime import parse_bool
+from ..data.tokenizer import TOKENIZERS, get_tokenizer, infer_tokenizer
 
 # %% ../../nbs/07a_config.ipynb #4b2fb965
 class ConfigError(ValueError):
@@ -133,6 +134,8 @@ class TrainingConfig:
     device: str = "auto"                # "auto": cuda:LOCAL_RANK if CUDA, else cpu
     tensorboard: bool = False
     allow_config_change: str = ""       # on resume: fields that may differ from the checkpoint's, "lr,model.chunk_size" (07g)
+    tokenizer: str = "auto"             # "gpt2", "bytes" (06a), or "auto": bytes for a vocabulary of at most 256 ids, else gpt2
+    cpu_threads: int = 0                # torch threads on a CPU; 0: chosen at start (cpu_threads, below)
 
     def __post_init__(self): self.validate()
 
@@ -141,6 +144,10 @@ class TrainingConfig:
         "Tokens per optimizer step on one rank (multiply by the world size for the global figure)."
         return self.batch_size * self.gradient_accumulation_steps * self.model.max_seq_len
 
+    @property
+    def tokenizer_name(self) -> str:
+        "The tokenizer the run uses: `tokenizer`, with 'auto' resolved by the vocabulary size."
+        return infer_tokenizer(self.model.vocab_size) if self.tokenizer == "auto" else self.tokenizer
     @property
     def allowed_changes(self) -> tuple:
         "`allow_config_change` as field names, `('lr', 'model.chunk_size')` (checked and normalised by `validate`)."
@@ -217,6 +224,11 @@ def validate(self: TrainingConfig) -> TrainingConfig:
     need(self.device in ("auto", "cpu") or re.fullmatch(r"cuda(:\d+)?", self.device) is not None, "device", "'auto', 'cpu', 'cuda' or 'cuda:N'")
     need(self.resume is None or bool(self.resume), "resume", "None, 'auto' or a checkpoint directory")
     self.allow_config_change = field_names(self.allow_config_change, "allow_config_change")
+    need(self.tokenizer in ("auto",) + TOKENIZERS, "tokenizer", f"'auto' or one of {', '.join(TOKENIZERS)}")
+    if self.tokenizer == "gpt2" and (n := get_tokenizer("gpt2").n_vocab) > self.model.vocab_size:   # bytes: any ids below vocab_size
+        raise ConfigError(f"tokenizer: {self.tokenizer_name} has {n:,} ids, more than model.vocab_size {self.model.vocab_size:,}"
+                          f" (set --model.vocab_size {n} with it)")
+    need(self.cpu_threads >= 0, "cpu_threads", ">= 0 (0: chosen at start)")
     return self
 
 
@@ -229,6 +241,26 @@ def config_warnings(cfg: TrainingConfig) -> list[str]:
         out.append(f"warmup_steps {cfg.warmup_steps:,} >= max_steps {cfg.max_steps:,}: the run ends inside the linear warm-up, "
                    f"its learning rate peaking at {peak:.1%} of lr ({cfg.lr * peak:.3g}); the cosine decay never starts")
     return out
+
+# %% ../../nbs/07a_config.ipynb #0f005b22
+def cpu_threads(n_params: int, cores: int | None = None, load: float | None = None) -> int:
+    "Threads for a CPU run of a model of `n_params`: the cores nobody else is using (at least 1); 1 for a model too small to split."
+    if cores is None: cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if load is None: load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if n_params < 1_000_000: return 1                   # ops of a few thousand numbers: threads only add their syncs
+    return max(1, min(cores, round(cores - load)))      # a thread on a busy core stalls the others at every op's barrier
+
+def set_cpu_threads(cfg: TrainingConfig, n_params: int) -> str:
+    "Set torch's intra-op threads for a CPU run of `cfg` (see above); what was chosen and why, in words."
+    import torch
+    n, why = cfg.cpu_threads, "cpu_threads"
+    for var in ("MAMBA3_LITE_THREADS", "OMP_NUM_THREADS"):
+        if not n and (v := os.environ.get(var, "").strip()).isdigit() and int(v) > 0: n, why = int(v), var
+    if not n:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        n, why = cpu_threads(n_params, load=load), f"idle cores at load {load:.1f}" if n_params >= 1_000_000 else "a small model"
+    torch.set_num_threads(n)
+    return f"{n} thread{'s' * (n > 1)}: {why}"
 
 # %% ../../nbs/07a_config.ipynb #1cb2bdab
 def expand_model_keys(d: Mapping) -> dict:
@@ -261,14 +293,15 @@ def from_dict(cls: TrainingConfig, d: dict, base: TrainingConfig | None = None) 
     return cls(**kw)
 
 # %% ../../nbs/07a_config.ipynb #3dbbc782
-TINY_MODEL = dict(d_model=128, n_layers=4, n_heads=4, head_dim=32, state_dim=16, chunk_size=32, ffn_dim=256,
+# bytes (06a): 256 ids, so the parameters sit in the blocks, not in a 50,257-row embedding
+TINY_MODEL = dict(vocab_size=256, d_model=128, n_layers=4, n_heads=4, head_dim=32, state_dim=16, chunk_size=32, ffn_dim=384,
                   max_seq_len=128, grad_checkpoint=False)
 # the 434M model; GPU speed settings that leave the function unchanged: an aligned vocabulary, the chunked loss head
 GPU_MODEL = dict(grad_checkpoint=False, pad_vocab_multiple=64, fused_cross_entropy=True)
 PRESETS = {
-    "tiny": dict(model=TINY_MODEL, batch_size=8, gradient_accumulation_steps=1, max_steps=200, warmup_steps=20, lr=3e-3,
-                 min_lr_ratio=0.1, save_every=100, eval_every=50, eval_batches=4, log_every=5, keep_last=2,
-                 checkpoint_dir="checkpoints/tiny", sample_tokens=32),
+    "tiny": dict(model=TINY_MODEL, tokenizer="bytes", batch_size=8, gradient_accumulation_steps=1, max_steps=1300, warmup_steps=30,
+                 lr=2e-3, min_lr_ratio=0.1, save_every=500, eval_every=250, eval_batches=20, log_every=10, keep_last=2,
+                 checkpoint_dir="checkpoints/tiny", sample_tokens=100),
     "a100": dict(model=dict(GPU_MODEL), checkpoint_dir="checkpoints/a100", batch_size=8,
                  gradient_accumulation_steps=4, compile_model=True),
     "h200": dict(model=dict(GPU_MODEL), checkpoint_dir="checkpoints/h200", compile_model=True),

@@ -13,18 +13,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from fastcore.basics import patch
 from tqdm import tqdm
 
 from ..model import Mamba3Transformer
 from ..runtime import write_atomic
 from ..ssd import effective_backend
-from ..data.tokenizer import get_tokenizer
+from ..data.tokenizer import decode_stream, get_tokenizer, write_tokenizer_record
 from ..data.shards import ShardError
-from ..data.corpus import builtin_corpus
+from ..data.corpus import builtin_corpus, check_data_tokenizer
 from ..data.loader import PretrainDataset, batches
-from .config import TrainingConfig, ConfigError
+from .config import TrainingConfig, ConfigError, set_cpu_threads
 from .optim import build_optimizer, clip_grad_norm, lr_at, set_lr, scheduler_state
 from .checkpoint import (CheckpointManager, CheckpointError, NanGuard, claim_run_dir, first_nonfinite,
                                           optimizer_state_for, resume_changes, resume_refusal, rng_state, set_rng_state, seed_everything)
@@ -39,11 +38,11 @@ class ResumeError(RuntimeError):
 RESUME_FREE_FIELDS = ("data_path", "checkpoint_dir", "keep_last", "save_every",              # where and how often files are written
                       "log_every", "tensorboard", "eval_every", "eval_batches", "sample_tokens",   # logging, evaluation, samples
                       "resume", "allow_config_change",                                        # how this run starts
-                      "compile_model", "compile_mode", "model.grad_checkpoint", "model.ssd_dispatch")   # the same maths, computed another way
+                      "compile_model", "compile_mode", "cpu_threads", "model.grad_checkpoint", "model.ssd_dispatch")   # the same maths, another way
 
-def resolve_data_path(data_path: str) -> Path:
-    "'builtin' is the shipped Shakespeare corpus (tokenized on first use); anything else must exist."
-    if data_path == "builtin": return builtin_corpus()
+def resolve_data_path(data_path: str, tokenizer: str = "gpt2") -> Path:
+    "'builtin' is the shipped Shakespeare corpus (in `tokenizer`'s ids, made on first use); anything else must exist."
+    if data_path == "builtin": return builtin_corpus(tokenizer=tokenizer)
     p = Path(data_path).expanduser()
     if not p.exists(): raise ConfigError(f"data_path: {p} does not exist (a folder of train_*.bin/val_*.bin shards, a shard, or 'builtin')")
     return p.resolve()
@@ -64,7 +63,11 @@ class Pretrainer:
         seed_everything(cfg.seed)
         # data: rank r reads its block of every global batch
         m = cfg.model
-        self.data_path = resolve_data_path(cfg.data_path)
+        self.cfg = cfg = dataclasses.replace(cfg, tokenizer=cfg.tokenizer_name)          # record what 'auto' meant
+        self.tokenizer_name, self.tokenizer = cfg.tokenizer, get_tokenizer(cfg.tokenizer)
+        self.data_path = resolve_data_path(cfg.data_path, cfg.tokenizer)
+        try: check_data_tokenizer(self.data_path, cfg.tokenizer)          # chapter 06e: GPT-2 ids read as bytes, or the reverse
+        except ValueError as e: raise ConfigError(f"tokenizer: {e}") from None
         try: self.train_ds = PretrainDataset(self.data_path, m.max_seq_len, m.vocab_size, split="train")
         except ShardError: raise                          # a damaged shard: its own error, naming the file
         except ValueError as e: raise ConfigError(f"{'model.max_seq_len' if 'max_seq_len' in str(e) else 'data_path'}: {e}") from None
@@ -85,12 +88,13 @@ class Pretrainer:
         self.model = Mamba3Transformer(m).to(self.device)
         self.model.check_token_ids = False     # the shards were checked against vocab_size when opened; saves a sync per call
         self.n_params = sum(p.numel() for p in self.model.parameters())
+        self.threads = set_cpu_threads(cfg, self.n_params) if self.device.type == "cpu" else None   # chapter 07a
         self._ddp = self._fsdp = None
         self.train_model = self._wrap(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.model, cfg, fused=self.is_cuda)      # one AdamW over every parameter
         # bookkeeping
-        self.step, self.tokens_seen, self.last_loss = 0, 0, None
+        self.step, self.tokens_seen, self.last_loss, self.last_val = 0, 0, None, None
         self.tokens_per_step = cfg.tokens_per_step * self.env.world_size          # global
         self.guard = NanGuard(cfg.nan_guard_max_consecutive, enabled=cfg.nan_guard)
         self.ckpt = CheckpointManager(cfg.checkpoint_dir, cfg.keep_last, is_writer=main, log=self.echo)
@@ -156,7 +160,7 @@ def _data_signature(self: Pretrainer) -> dict:
     m = self.cfg.model
     return {"shards": [f.name for f in self.train_ds.files], "train_tokens": self.train_ds.n_tokens,
             "content_sha256": self.train_ds.content_sha256, "max_seq_len": m.max_seq_len, "vocab_size": m.vocab_size,
-            "seed": self.cfg.seed}
+            "seed": self.cfg.seed, "tokenizer": self.tokenizer_name}
 
 @patch
 def state_dict(self: Pretrainer) -> dict:
@@ -165,7 +169,8 @@ def state_dict(self: Pretrainer) -> dict:
             "scheduler": scheduler_state(self.step, self.cfg), "step": self.step, "tokens_seen": self.tokens_seen,
             "last_loss": self.last_loss, "rng": all_gather_object(rng_state(self.device), self.env),
             "sampler": self.sampler.state_dict(), "nan_guard": self.guard.state_dict(), "world_size": self.env.world_size,
-            "config": self.cfg.to_dict(), "model_config": self.cfg.model.to_dict(), "data": self._data_signature()}
+            "config": self.cfg.to_dict(), "model_config": self.cfg.model.to_dict(), "data": self._data_signature(),
+            "tokenizer": self.tokenizer_name}
 
 # %% ../../nbs/07g_trainer.ipynb #af3b38e1
 @patch
@@ -234,7 +239,7 @@ def save_checkpoint(self: Pretrainer, sample: bool = True) -> Path | None:
     path = self.ckpt.save(self.step, state, meta={"tokens_seen": self.tokens_seen}) if self.env.is_main else None
     del state
     if self.env.distributed: dist.barrier()
-    self.logger.plot(title=f"{self.n_params / 1e6:.1f}M params")
+    self.logger.plot(title=f"{self.n_params:,} parameters, {self.tokenizer_name}")
     if sample and self.cfg.sample_tokens:
         text = self.sample()
         self.logger.log("sample", self.step, text=text)
@@ -265,9 +270,8 @@ def rollback(self: Pretrainer):
 # %% ../../nbs/07g_trainer.ipynb #510450e7
 @patch
 def _loss(self: Pretrainer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    "Mean next-token cross-entropy of one micro-batch (fp32 logits)."
-    logits = self.train_model(x)                                     # (B, T, V)
-    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+    "Mean next-token cross-entropy of one micro-batch (fp32), computed by the model (chapter 03b's chunked head if `model.fused_cross_entropy`)."
+    return self.train_model(x, targets=y).float()
 
 @patch
 def train_step(self: Pretrainer) -> dict:
@@ -331,15 +335,10 @@ def sample(self: Pretrainer, prompt: str = "\n", max_new_tokens: int | None = No
     return self.decode(out[0, len(ids):].tolist())
 
 @patch
-def encode(self: Pretrainer, text: str) -> list[int]:
-    "GPT-2 ids; with a vocabulary of at most 256 the ids are bytes (the tests' and demos' byte shards)."
-    return list(text.encode()) if self.cfg.model.vocab_size <= 256 else get_tokenizer().encode_ordinary(text)
+def encode(self: Pretrainer, text: str) -> list[int]: return self.tokenizer.encode_ordinary(text)     # the run's tokenizer's ids
 
 @patch
-def decode(self: Pretrainer, ids: list[int]) -> str:
-    if self.cfg.model.vocab_size <= 256: return bytes(ids).decode("utf-8", errors="replace")
-    enc = get_tokenizer()
-    return enc.decode([t for t in ids if t < enc.n_vocab], errors="replace")
+def decode(self: Pretrainer, ids: list[int]) -> str: return decode_stream(self.tokenizer, ids)       # one UTF-8 stream (06a)
 
 # %% ../../nbs/07g_trainer.ipynb #b350ce3e
 @patch
@@ -348,8 +347,9 @@ def train(self: Pretrainer, until_step: int | None = None) -> dict:
     cfg, env = self.cfg, self.env
     end = min(cfg.max_steps, until_step or cfg.max_steps)
     busy, tok0, history = 0.0, self.tokens_seen, []     # tokens/s counts training steps only, not evals or saves
-    if self.step == 0 and env.is_main: self.echo(f"training {self.n_params:,} parameters on {env.world_size} x {self.device.type} "
-                                                 f"(SSD: {self.ssd_backend}); {self.tokens_per_step:,} tokens per step; logs in {cfg.checkpoint_dir}")
+    if self.step == 0 and env.is_main: self.echo(f"training {self.n_params:,} parameters on {env.world_size} x {self.device.type}"
+                                                 + (f" ({self.threads})" if self.threads else "") + f" (SSD: {self.ssd_backend}, "
+                                                 f"tokenizer: {self.tokenizer_name}); {self.tokens_per_step:,} tokens per step; logs in {cfg.checkpoint_dir}")
     with tqdm(total=cfg.max_steps, initial=self.step, disable=not (env.is_main and self.progress), unit="step", dynamic_ncols=True,
               file=sys.stderr, mininterval=1.0) as bar:            # closed on the way out of an error too
         while self.step < end:
@@ -366,26 +366,28 @@ def train(self: Pretrainer, until_step: int | None = None) -> dict:
                 bar.set_postfix_str(f"loss {m['loss']:.3f} | {tok_s:,.0f} tok/s" + (f" | MFU {u:.1%}" if u else ""), refresh=False)
                 busy, tok0 = 0.0, self.tokens_seen
             bar.update(self.step - bar.n)      # (a rollback moves it back)
-            if not undone and cfg.eval_every and self.step % cfg.eval_every == 0:
+            if not undone and cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.max_steps):   # and at the end
                 v = self.evaluate()
                 if v is not None: self.logger.log("eval", self.step, val_loss=v); self.echo(f"[step {self.step}] val loss {v:.4f}")
+                self.last_val = (self.step, v)
             if self.step % cfg.save_every == 0 or self.step == cfg.max_steps: self.save_checkpoint(sample=not undone)
     out = {"step": self.step, "tokens_seen": self.tokens_seen, "losses": history,
            "skipped": self.guard.skipped, "rollbacks": self.guard.rollbacks}
+    if self.last_val and self.last_val[0] == self.step and self.last_val[1] is not None: out["val_loss"] = self.last_val[1]
     if self.step >= cfg.max_steps: out["final"] = str(self.export())
     return out
 
 @patch
 def export(self: Pretrainer) -> Path:
-    "Final weights in the Hugging Face layout: `checkpoint_dir/final/{model.safetensors, config.json}`; `DivergenceError` if they or the last loss are not finite."
+    "Final weights in the Hugging Face layout: `checkpoint_dir/final/{model.safetensors, config.json, tokenizer.json}`; `DivergenceError` if they or the last loss are not finite."
     if bad := self.nonfinite(): raise self.ckpt.divergence(f"{bad} at the end of the run, so final/ was not written")
     out = Path(self.cfg.checkpoint_dir) / "final"
     if self._fsdp is not None:
         sd = self._model_state()
         if self.env.is_main:
-            plain = Mamba3Transformer(self.cfg.model); plain.load_state_dict(sd)
-            save_pretrained(plain, out)
+            plain = Mamba3Transformer(self.cfg.model); plain.load_state_dict(sd); save_pretrained(plain, out)
     elif self.env.is_main: save_pretrained(self.model, out)
+    if self.env.is_main: write_tokenizer_record(out, self.tokenizer_name)      # tokenizer.json, in SHA256SUMS too (06a)
     if self.env.distributed: dist.barrier()
     return out
 
