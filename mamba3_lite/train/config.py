@@ -300,7 +300,7 @@ TINY_MODEL = dict(vocab_size=256, d_model=128, n_layers=4, n_heads=4, head_dim=3
 GPU_MODEL = dict(grad_checkpoint=False, pad_vocab_multiple=64, fused_cross_entropy=True)
 PRESETS = {
     "tiny": dict(model=TINY_MODEL, tokenizer="bytes", batch_size=8, gradient_accumulation_steps=1, max_steps=1300, warmup_steps=30,
-                 lr=2e-3, min_lr_ratio=0.1, save_every=500, eval_every=250, eval_batches=20, log_every=10, keep_last=2,
+                 lr=3e-3, min_lr_ratio=0.1, save_every=500, eval_every=250, eval_batches=20, log_every=10, keep_last=2,
                  checkpoint_dir="checkpoints/tiny", sample_tokens=100),
     "a100": dict(model=dict(GPU_MODEL), checkpoint_dir="checkpoints/a100", batch_size=8,
                  gradient_accumulation_steps=4, compile_model=True),
