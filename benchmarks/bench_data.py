@@ -12,7 +12,7 @@ Tokenizer: tokens/s turning the built-in corpus (42 works, 5.06M characters, rep
     with the CPU seconds per call of the main process and of the workers (what limits it on a shared box).
 Loader: tokens/s of shuffled (16, 2048) batches from memory-mapped shards of random ids (--loader-tokens of them,
   in 4 shards, page cache warm) through `batches()` and through a `DataLoader(num_workers=0)`, against the
-  185k tokens/s that the trainer needs (the speed goal of one H200); plus the time opening a `PretrainDataset` (which validates
+  185k tokens/s of the speed goal on one H200 (the trainer reaches 145.8k today, benchmarks/results/speed_h200.json); plus the time opening a `PretrainDataset` (which validates
   every id) takes.
 Timings are common.time_fn's median and min over --iters calls (after warmup); tokens/s use the median.
 """
