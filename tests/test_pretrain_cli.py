@@ -144,7 +144,7 @@ def test_nested_override_merges_onto_the_file(tmp_path, corpus):
 def test_dry_run_and_defaults(capsys, monkeypatch):
     assert main(["--dry-run"]) == 0                 # no CUDA here: the default is the tiny preset
     out = capsys.readouterr().out
-    assert "preset: tiny" in out and "parameters" in out and "tokens per step: 1,024" in out
+    assert "preset: tiny" in out and "parameters" in out and "tokens per step: 2,048" in out
     assert "memory per CPU process (estimate)" in out and "time to the token budget" in out
     assert main(["--preset", "h200", "--dry-run"]) == 0
     out = capsys.readouterr().out

@@ -5,10 +5,10 @@
 # %% auto #0
 __all__ = ['ALIASES', 'COMPILE_MODES', 'PARALLEL_MODES', 'MODEL_FIELDS', 'MAX_SEED', 'TINY_MODEL', 'GPU_MODEL', 'PRESETS',
            'ConfigError', 'coerce_field', 'suggest_field', 'TrainingConfig', 'model_with', 'field_names',
-           'config_warnings', 'cpu_threads', 'set_cpu_threads', 'expand_model_keys']
+           'config_warnings', 'busy_cores', 'cpu_threads', 'set_cpu_threads', 'expand_model_keys']
 
 # %% ../../nbs/07a_config.ipynb #e53eae25
-import dataclasses, difflib, json, math, os, re
+import dataclasses, difflib, json, math, os, re, time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Optional, get_type_hints
@@ -243,11 +243,24 @@ def config_warnings(cfg: TrainingConfig) -> list[str]:
     return out
 
 # %% ../../nbs/07a_config.ipynb #0f005b22
+def busy_cores(interval: float = 0.25) -> float:
+    "How many cores' worth of work other processes are doing now: sampled from /proc/stat over `interval` s (Linux), else the 1-minute load average."
+    def sample():
+        with open("/proc/stat") as f: v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]                                            # all jiffies, idle + iowait
+    try:
+        (t0, i0), _ = sample(), time.sleep(interval)
+        t1, i1 = sample()
+        cores = os.cpu_count() or 1
+        return max(0.0, cores * (1 - (i1 - i0) / max(t1 - t0, 1)))
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
 def cpu_threads(n_params: int, cores: int | None = None, load: float | None = None) -> int:
-    "Threads for a CPU run of a model of `n_params`: the cores nobody else is using (at least 1); 1 for a model too small to split."
+    "Threads for a CPU run of a model of `n_params`: the cores nobody else is using (`load`: busy cores, at least 1 thread); 1 for a model too small to split."
     if cores is None: cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if load is None: load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if n_params < 1_000_000: return 1                   # ops of a few thousand numbers: threads only add their syncs
+    if load is None: load = busy_cores()
+    if n_params < 200_000: return 1                     # ops of a few thousand numbers: threads only add their syncs
     return max(1, min(cores, round(cores - load)))      # a thread on a busy core stalls the others at every op's barrier
 
 def set_cpu_threads(cfg: TrainingConfig, n_params: int) -> str:
@@ -257,8 +270,8 @@ def set_cpu_threads(cfg: TrainingConfig, n_params: int) -> str:
     for var in ("MAMBA3_LITE_THREADS", "OMP_NUM_THREADS"):
         if not n and (v := os.environ.get(var, "").strip()).isdigit() and int(v) > 0: n, why = int(v), var
     if not n:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        n, why = cpu_threads(n_params, load=load), f"idle cores at load {load:.1f}" if n_params >= 1_000_000 else "a small model"
+        load = busy_cores()
+        n, why = cpu_threads(n_params, load=load), f"idle cores ({load:.1f} busy)" if n_params >= 200_000 else "a small model"
     torch.set_num_threads(n)
     return f"{n} thread{'s' * (n > 1)}: {why}"
 
@@ -299,8 +312,8 @@ TINY_MODEL = dict(vocab_size=256, d_model=128, n_layers=4, n_heads=4, head_dim=3
 # the 434M model; GPU speed settings that leave the function unchanged: an aligned vocabulary, the chunked loss head
 GPU_MODEL = dict(grad_checkpoint=False, pad_vocab_multiple=64, fused_cross_entropy=True)
 PRESETS = {
-    "tiny": dict(model=TINY_MODEL, tokenizer="bytes", batch_size=8, gradient_accumulation_steps=1, max_steps=1300, warmup_steps=30,
-                 lr=3e-3, min_lr_ratio=0.1, save_every=500, eval_every=250, eval_batches=20, log_every=10, keep_last=2,
+    "tiny": dict(model=TINY_MODEL, tokenizer="bytes", batch_size=16, gradient_accumulation_steps=1, max_steps=1300, warmup_steps=30,
+                 lr=2e-3, min_lr_ratio=0.1, save_every=500, eval_every=250, eval_batches=20, log_every=10, keep_last=2,
                  checkpoint_dir="checkpoints/tiny", sample_tokens=100),
     "a100": dict(model=dict(GPU_MODEL), checkpoint_dir="checkpoints/a100", batch_size=8,
                  gradient_accumulation_steps=4, compile_model=True),
