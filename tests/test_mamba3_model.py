@@ -2,18 +2,18 @@
 the default stays the original model, decoding equals the forward, the trainer trains and resumes it bit-identically,
 and the Hugging Face export round-trips it.
 """
-import json, lzma
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from mamba3_lite.data.shards import write_shard
 from mamba3_lite.model import ModelConfig, Mamba3Transformer
 from mamba3_lite.mamba3.block import Mamba3SISOBlock
 from mamba3_lite.train.config import TrainingConfig
 from mamba3_lite.train.export import from_pretrained, save_pretrained
 from mamba3_lite.train.trainer import Pretrainer
+from test_training import byte_corpus                       # the shared byte shards of the built-in corpus
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -55,19 +55,10 @@ def test_step_and_generate_equal_forward(rank):
         assert torch.equal(gen[:, 4:], model(gen)[:, 3:-1].argmax(-1))
 
 
-def byte_corpus(folder: Path, n_train: int = 40_000, n_val: int = 4_000) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    with lzma.open(REPO / "mamba3_lite" / "assets" / "shakespeare.jsonl.xz", "rt") as f:
-        data = json.loads(f.readline())["text"].encode()[: n_train + n_val]
-    write_shard(folder / "train_000000.bin", list(data[:n_train]), 256)
-    write_shard(folder / "val_000000.bin", list(data[n_train:]), 256)
-    return folder
-
-
 def run_cfg(tmp: Path, ck: str, **kw) -> TrainingConfig:
     model = ModelConfig(vocab_size=256, max_seq_len=32, d_model=32, n_layers=2, n_heads=2, head_dim=16, state_dim=8,
                         chunk_size=16, ffn_dim=64, mixer="mamba3", mimo_rank=2)
-    base = dict(data_path=str(byte_corpus(tmp / "data")), checkpoint_dir=str(tmp / ck), batch_size=4,
+    base = dict(data_path=str(byte_corpus(tmp / "data", 40_000, 4_000)), checkpoint_dir=str(tmp / ck), batch_size=4,
                 gradient_accumulation_steps=1, max_steps=10, warmup_steps=2, lr=3e-3, save_every=4, log_every=1,
                 eval_every=5, eval_batches=1, sample_tokens=0, keep_last=2, device="cpu")
     return TrainingConfig(model=model, **{**base, **kw})

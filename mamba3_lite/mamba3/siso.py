@@ -43,16 +43,6 @@ def _compute_dtype(*ts):
     for t in ts: dtype = torch.promote_types(dtype, t.dtype)
     return dtype
 
-def mamba3_siso_zero_state(batch, H, N, P, R, dtype=torch.float32, device=None):
-    "The state before the first token: (phi (B,H,R), h (B,H,P,N), k_last (B,H,N), v_last (B,H,P)), all zeros."
-    z = lambda *s: torch.zeros(*s, dtype=dtype, device=device)
-    return z(batch, H, R), z(batch, H, P, N), z(batch, H, N), z(batch, H, P)
-
-def _biased(x, bias, cd):
-    "x + bias (bias (H, N) broadcast over batch and time), in the compute dtype."
-    x = x.to(cd)
-    return x if bias is None else x + bias.to(cd)
-
 # %% ../../nbs/09c_mamba3_siso.ipynb #ff56aece
 def mamba3_siso_zero_state(batch, H, N, P, R, dtype=torch.float32, device=None):
     "The state before the first token: (phi (B,H,R), h (B,H,P,N), k_last (B,H,N), v_last (B,H,P)), all zeros."
