@@ -1,16 +1,16 @@
 """`python -m mamba3_lite.generate` and `load_model` / `generate_text` on a real run folder: a few steps of the trainer on
 Shakespeare's bytes, then every way to name what it wrote, the command line in a subprocess, and the one-line errors."""
-import json, lzma, os, shutil, subprocess, sys
+import os, shutil, subprocess, sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from mamba3_lite.data.shards import write_shard
 from mamba3_lite.generate import GenerateError, find_model, generate_text, load_model, main
 from mamba3_lite.model import ModelConfig
 from mamba3_lite.train.config import TrainingConfig
 from mamba3_lite.train.trainer import Pretrainer
+from test_training import byte_corpus
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -22,11 +22,7 @@ MODEL = dict(vocab_size=256, max_seq_len=32, d_model=32, n_layers=2, n_heads=2, 
 def run(tmp_path_factory) -> Path:
     "A finished run: 12 steps on bytes, checkpoints at steps 4, 8 and 12 (two kept), final/ exported."
     d = tmp_path_factory.mktemp("gen")
-    with lzma.open(REPO / "mamba3_lite" / "assets" / "shakespeare.jsonl.xz", "rt") as f:
-        data = json.loads(f.readline())["text"].encode()[:66_000]
-    (d / "bytes").mkdir()
-    write_shard(d / "bytes" / "train_000000.bin", list(data[:60_000]), 256)
-    write_shard(d / "bytes" / "val_000000.bin", list(data[60_000:]), 256)
+    byte_corpus(d / "bytes")                                  # 60,000 train / 6,000 val bytes
     cfg = TrainingConfig(model=ModelConfig(**MODEL), data_path=str(d / "bytes"), checkpoint_dir=str(d / "run"), batch_size=4,
                          gradient_accumulation_steps=1, max_steps=12, warmup_steps=2, lr=3e-3, save_every=4, eval_every=4,
                          eval_batches=1, sample_tokens=0, keep_last=2, device="cpu")

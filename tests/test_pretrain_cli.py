@@ -1,12 +1,12 @@
 """`python -m mamba3_lite.pretrain` end to end on CPU: presets, config files, overrides, bad values, dry run,
 `kill -9` during training and during a checkpoint write, refused resumes."""
-import json, lzma, os, signal, subprocess, sys, textwrap, time
+import json, os, signal, subprocess, sys, textwrap, time
 from pathlib import Path
 
 import pytest
 import torch
 
-from mamba3_lite.data.shards import write_shard
+from test_training import byte_corpus
 from mamba3_lite.pretrain import main
 from mamba3_lite.train.metrics import read_metrics
 
@@ -20,12 +20,7 @@ MODEL = dict(vocab_size=256, d_model=32, n_layers=2, n_heads=2, head_dim=16, sta
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     "Shakespeare as bytes (vocab 256): train/val shards."
-    d = tmp_path_factory.mktemp("bytes")
-    with lzma.open(REPO / "mamba3_lite" / "assets" / "shakespeare.jsonl.xz", "rt") as f:
-        data = json.loads(f.readline())["text"].encode()[:66_000]
-    write_shard(d / "train_000000.bin", list(data[:60_000]), 256)
-    write_shard(d / "val_000000.bin", list(data[60_000:]), 256)
-    return d
+    return byte_corpus(tmp_path_factory.mktemp("bytes"))
 
 
 def write_config(path: Path, corpus: Path, ck: Path, fmt: str = "yaml", **kw) -> Path:
