@@ -2,11 +2,13 @@
 
 The real training step (`Pretrainer.train_step`: bf16 autocast, fused AdamW, clipping, NaN guard) of the 434M geometry
 (the `h200` preset: d_model 1024, 28 layers, 16 heads of 64, state 64 complex = 128 real, vocabulary padded to a
-multiple of 64 where the field exists) with the chunked PyTorch scan of chapters 09c/09d, compiled. Prints one JSON
+multiple of 64 where the field exists) with the chunked PyTorch scan of chapters 09c/09d or, for SISO, the Triton
+scan of chapter 09f, compiled. Prints one JSON
 record (benchmarks/common.py's format): tokens/s, step time, peak memory, beside the official Mamba-3 layer's figure.
 
-    # the H200 figure (default: B=16, T=2048, compiled, SISO)
+    # the H200 figures (default: B=16, T=2048, compiled, SISO): the PyTorch scan, then the Triton scan (chapter 09f)
     python benchmarks/bench_mamba3_model.py
+    ENABLE_TRITON_KERNELS=1 python benchmarks/bench_mamba3_model.py --ssd-dispatch triton
     python benchmarks/bench_mamba3_model.py --rank 4 --chunk 16      # MIMO rank 4 (the official layer uses chunk 64/r)
     # a CPU smoke run (tiny model, a few steps, eager): checks the script, measures nothing meaningful
     python benchmarks/bench_mamba3_model.py --smoke
@@ -23,7 +25,8 @@ def run(a):
     from mamba3_lite.pretrain import build_config
     from mamba3_lite.train.trainer import Pretrainer
     from common import emit, sync, time_fn                                    # benchmarks/common.py
-    model = dict(mixer="mamba3", mimo_rank=a.rank, max_seq_len=a.seq, grad_checkpoint=a.grad_checkpoint)
+    model = dict(mixer="mamba3", mimo_rank=a.rank, max_seq_len=a.seq, grad_checkpoint=a.grad_checkpoint,
+                 ssd_dispatch=a.ssd_dispatch)
     if a.chunk: model["chunk_size"] = a.chunk
     if a.smoke: model.update(d_model=64, n_layers=2, n_heads=4, head_dim=16, state_dim=8, ffn_dim=128, chunk_size=a.chunk or 16)
     elif "pad_vocab_multiple" in {f.name for f in fields(ModelConfig)}: model["pad_vocab_multiple"] = 64
@@ -40,7 +43,8 @@ def run(a):
     if cuda: torch.cuda.reset_peak_memory_stats()
     losses = []
     timing = time_fn(lambda: losses.append(t.train_step()["loss"]), t.device, warmup=0, iters=a.steps)
-    out = {"mixer": "mamba3", "mimo_rank": a.rank, "chunk_size": cfg.model.chunk_size, "params": t.n_params,
+    out = {"mixer": "mamba3", "mimo_rank": a.rank, "ssd_dispatch": a.ssd_dispatch,
+           "scan": t.model.layers[0].scan.__name__ if hasattr(t.model.layers[0], "scan") else None, "chunk_size": cfg.model.chunk_size, "params": t.n_params,
            "batch": a.batch, "seq": a.seq, "compile": a.compile, "grad_checkpoint": a.grad_checkpoint,
            "padded_vocab": cfg.model.padded_vocab_size if hasattr(cfg.model, "padded_vocab_size") else cfg.model.vocab_size,
            "steps": a.steps, "warmup_s": round(warm, 1), "step_ms": round(1000 * timing["median_s"], 1),
@@ -60,6 +64,8 @@ def main():
     p.add_argument("--steps", type=int, default=None); p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager (default: torch.compile)")
     p.add_argument("--grad-checkpoint", action="store_true")
+    p.add_argument("--ssd-dispatch", default="pytorch", choices=("pytorch", "triton"),
+                   help="the SISO scan: chapter 09c's PyTorch form or 09f's Triton form (also set ENABLE_TRITON_KERNELS=1)")
     p.add_argument("--data", default="builtin")
     p.add_argument("--smoke", action="store_true", help="tiny model on the CPU, eager, 2 steps: a check of the script")
     p.add_argument("--out", help="also write the JSON here")

@@ -51,8 +51,9 @@ def _check_model_config(c):
     if not _is_int(c.mimo_rank) or c.mimo_rank < 1 or (c.mixer == "lite" and c.mimo_rank != 1):
         raise ValueError(f"ModelConfig.mimo_rank must be an int >= 1, and 1 unless mixer='mamba3' (the Lite block's MIMO is "
                          f"head mixing, not rank-r), got {c.mimo_rank!r}")
-    if c.mixer == "mamba3" and c.ssd_dispatch != "pytorch":
-        raise ValueError(f"ModelConfig.ssd_dispatch must be 'pytorch' with mixer='mamba3' (no Triton path yet), got {c.ssd_dispatch!r}")
+    if c.mixer == "mamba3" and c.ssd_dispatch == "triton" and c.mimo_rank != 1:
+        raise ValueError(f"ModelConfig.ssd_dispatch='triton' with mixer='mamba3' needs mimo_rank=1 (the Triton path, chapter 09f, "
+                         f"is the SISO scan; rank-r MIMO runs in PyTorch), got mimo_rank={c.mimo_rank!r}")
 
 # %% ../nbs/04_model.ipynb #8214f6a3
 @dataclass

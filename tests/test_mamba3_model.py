@@ -30,7 +30,7 @@ def test_default_is_the_original_model():
 
 @pytest.mark.parametrize("bad, field", [(dict(mixer="mamba2"), "mixer"), (dict(mimo_rank=4), "mimo_rank"),
                                         (dict(mixer="mamba3", mimo_rank=0), "mimo_rank"),
-                                        (dict(mixer="mamba3", ssd_dispatch="triton"), "ssd_dispatch")])
+                                        (dict(mixer="mamba3", ssd_dispatch="triton", mimo_rank=2), "ssd_dispatch")])
 def test_bad_config_names_the_field(bad, field):
     with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
         ModelConfig(**bad)
