@@ -69,7 +69,8 @@ def speed(fn, p, dev, iters):
     leaves = {k: v.detach().requires_grad_(v.is_floating_point()) for k, v in on(p, dev, torch.bfloat16).items()}
     def fwd():
         with torch.no_grad(): fn(**leaves)
-    def fwd_bwd(): fn(**leaves).float().sum().backward()
+    grad_of = [v for v in leaves.values() if v.requires_grad]
+    def fwd_bwd(): torch.autograd.grad(fn(**leaves).float().sum(), grad_of)   # no .grad accumulation to time
     f = time_fn(fwd, dev, warmup=3, iters=iters)["median_s"]
     if dev.type == "cuda": torch.cuda.reset_peak_memory_stats()
     fb = time_fn(fwd_bwd, dev, warmup=3, iters=iters)["median_s"]
@@ -80,6 +81,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true"); ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out"); ap.add_argument("--no-pytorch", action="store_true", help="skip the PyTorch form")
+    ap.add_argument("--profile", action="store_true", help="also a torch.profiler table of the compiled Triton form")
     a = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() and not a.smoke else "cpu")
     from mamba3_lite.mamba3.siso_triton import mamba3_siso_triton
@@ -101,7 +103,27 @@ def main():
             f = torch.compile(fn) if mode == "compiled" and not a.smoke else fn
             try: res["speed"][f"{name} {mode}"] = speed(f, big, dev, 3 if a.smoke else a.iters)
             except Exception as e: res["speed"][f"{name} {mode}"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    if a.profile and dev.type == "cuda":
+        res["profile"] = profile(torch.compile(forms["triton"]), big, dev)
     emit(res, device=dev, out=a.out, benchmark="mamba3_siso_scan")
+
+
+def profile(fn, p, dev, iters=5, top=25):
+    "GPU time per fwd+bwd call of the compiled Triton form, by kernel (torch.profiler), the largest first."
+    from torch.profiler import ProfilerActivity, profile as prof
+    leaves = {k: v.detach().requires_grad_(v.is_floating_point()) for k, v in on(p, dev, torch.bfloat16).items()}
+    grad_of = [v for v in leaves.values() if v.requires_grad]
+    for _ in range(3): torch.autograd.grad(fn(**leaves).float().sum(), grad_of)
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CUDA]) as pr:
+        for _ in range(iters): torch.autograd.grad(fn(**leaves).float().sum(), grad_of)
+        torch.cuda.synchronize()
+    ev = [e for e in pr.key_averages() if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
+    ev.sort(key=lambda e: -e.self_device_time_total)
+    total = sum(e.self_device_time_total for e in ev) / iters
+    return {"device_us_per_call": round(total, 1),
+            "kernels": [{"name": e.key[:120], "us_per_call": round(e.self_device_time_total / iters, 1),
+                         "calls_per_call": e.count / iters} for e in ev[:top]]}
 
 
 if __name__ == "__main__":

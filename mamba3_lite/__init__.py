@@ -7,7 +7,8 @@ __version__ = "0.1.0"
 __all__ = ['ssd_naive_complex', 'ssd_complex_chunkwise', 'per_chunk_ssd_pytorch', 'per_chunk_ssd_triton', 'ssd_real_chunkwise',
            'ssd_real_chunkwise_triton', 'MIMO', 'Mamba3Block', 'Mamba3Transformer', 'ModelConfig', 'PretrainDataset',
            'TrainingConfig', 'CheckpointManager', 'TrainingLogger', 'save_pretrained', 'from_pretrained', 'Pretrainer',
-           'mamba3_siso_naive', 'mamba3_siso_chunked', 'mamba3_mimo_naive', 'mamba3_mimo_chunked', 'Mamba3SISOBlock']
+           'mamba3_siso_naive', 'mamba3_siso_chunked', 'mamba3_siso_triton', 'mamba3_mimo_naive', 'mamba3_mimo_chunked',
+           'Mamba3SISOBlock']
 
 # %% ../nbs/index.ipynb #c3bb5c3f
 import importlib
@@ -24,6 +25,7 @@ _PUBLIC = {  # name -> the module (chapter) that defines it
     "TrainingLogger": "mamba3_lite.train.metrics", "save_pretrained": "mamba3_lite.train.export",
     "from_pretrained": "mamba3_lite.train.export", "Pretrainer": "mamba3_lite.train.trainer",
     "mamba3_siso_naive": "mamba3_lite.mamba3.siso", "mamba3_siso_chunked": "mamba3_lite.mamba3.siso",
+    "mamba3_siso_triton": "mamba3_lite.mamba3.siso_triton",
     "mamba3_mimo_naive": "mamba3_lite.mamba3.mimo", "mamba3_mimo_chunked": "mamba3_lite.mamba3.mimo",
     "Mamba3SISOBlock": "mamba3_lite.mamba3.block",
 }
@@ -40,5 +42,5 @@ def __dir__(): return sorted(set(globals()) | set(_PUBLIC))
 _all_ = ["ssd_naive_complex", "ssd_complex_chunkwise", "per_chunk_ssd_pytorch", "per_chunk_ssd_triton",
          "ssd_real_chunkwise", "ssd_real_chunkwise_triton", "MIMO", "Mamba3Block", "Mamba3Transformer", "ModelConfig",
          "PretrainDataset", "TrainingConfig", "CheckpointManager", "TrainingLogger", "save_pretrained", "from_pretrained",
-         "Pretrainer", "mamba3_siso_naive", "mamba3_siso_chunked", "mamba3_mimo_naive", "mamba3_mimo_chunked",
-         "Mamba3SISOBlock"]
+         "Pretrainer", "mamba3_siso_naive", "mamba3_siso_chunked", "mamba3_siso_triton", "mamba3_mimo_naive",
+         "mamba3_mimo_chunked", "Mamba3SISOBlock"]
