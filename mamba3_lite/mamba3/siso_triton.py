@@ -6,7 +6,7 @@
 __all__ = ['ssd_scan_fwd', 'ssd_scan_bwd', 'scan_kernels_forward', 'scan_kernels_backward', 'chunk_local_cumsum',
            'mamba3_siso_triton']
 
-# %% ../../nbs/09f_mamba3_triton.ipynb #549fe08d
+# %% ../../nbs/09f_mamba3_triton.ipynb #46d4e12e
 from typing import Optional
 
 import torch
@@ -17,7 +17,7 @@ from ..ssd.triton.real_ssd import scan_backward, scan_forward, tune_for
 from .rotation import cumulative_angles, rotate_pairs
 from .siso import check_siso_args, mamba3_siso_zero_state
 
-# %% ../../nbs/09f_mamba3_triton.ipynb #a2396dcc
+# %% ../../nbs/09f_mamba3_triton.ipynb #a2601683
 def scan_kernels_forward(q: torch.Tensor, k: torch.Tensor, x: torch.Tensor, alpha: torch.Tensor,
                          S0: Optional[torch.Tensor], Q: int) -> tuple[torch.Tensor, torch.Tensor]:
     """05b's state pass and 05c's scan on given q, k (B,T,H,M), x (B,T,H,D) and chunk-local cumulative log-decay alpha
@@ -46,7 +46,7 @@ def _(dy, dS_fin, q, k, x, alpha, S0, Q):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(x), torch.empty_like(alpha),
             torch.empty_like(S0) if S0 is not None else alpha.new_empty(1, 1, 1))
 
-# %% ../../nbs/09f_mamba3_triton.ipynb #0c412024
+# %% ../../nbs/09f_mamba3_triton.ipynb #528162ec
 def _setup_context(ctx, inputs, output):
     q, k, x, alpha, S0, Q = inputs
     ctx.save_for_backward(q, k, x, alpha, S0)
@@ -59,7 +59,7 @@ def _backward(ctx, dy, dS_fin):
 
 ssd_scan_fwd.register_autograd(_backward, setup_context=_setup_context)
 
-# %% ../../nbs/09f_mamba3_triton.ipynb #7bb4d7a6
+# %% ../../nbs/09f_mamba3_triton.ipynb #95e037b2
 def chunk_local_cumsum(a: torch.Tensor, Q: int) -> torch.Tensor:
     "a (B,T,H) -> alpha (B, NC*Q, H): the cumulative sum within each chunk of Q steps; padded steps add 0 (no decay)."
     Bsz, T, H = a.shape
@@ -68,7 +68,7 @@ def chunk_local_cumsum(a: torch.Tensor, Q: int) -> torch.Tensor:
 def _plus(x, bias, cd):
     return x.to(cd) if bias is None else x.to(cd) + bias.to(cd)
 
-# %% ../../nbs/09f_mamba3_triton.ipynb #c8b4b0b9
+# %% ../../nbs/09f_mamba3_triton.ipynb #3f64b7ab
 def mamba3_siso_triton(q, k, v, adt, dt, trap, angles, D=None, z=None, q_bias=None, k_bias=None,
                        initial_state=None, return_final_state=False, chunk_size=64):
     """`mamba3_siso_chunked` (same arguments, same results) with the scan on the Triton kernels, forward and backward:
