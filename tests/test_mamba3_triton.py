@@ -7,11 +7,10 @@ runs it (`ModelConfig(mixer="mamba3", ssd_dispatch="triton")` with ENABLE_TRITON
 * with CUDA (the H200): fp32 and bf16 parity against the float64 oracle, a long sequence with extreme decays, and
   the compiled model's training step equal to the PyTorch path's within bf16 noise (`TestGPU`).
 """
-import math, os, warnings
+import os, warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
@@ -20,31 +19,16 @@ if not HAS_CUDA:
 from mamba3_lite.mamba3.siso import mamba3_siso_chunked, mamba3_siso_naive
 from mamba3_lite.model import ModelConfig, Mamba3Transformer
 from mamba3_lite.ssd.triton import phases
+from test_mamba3_siso import _problem, _rel, _state          # the shared random inputs of the SISO tests
 
 pytestmark = pytest.mark.skipif(not phases.HAS_TRITON, reason="triton is not installed")
 TINY = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, head_dim=8, state_dim=8, chunk_size=16, ffn_dim=64,
             mixer="mamba3")
 
 
-def _problem(Bsz, T, H, N, P, R, decay=1.0, seed=0, device="cpu"):
-    g = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
-    dt = F.softplus(r(Bsz, T, H) - 1)
-    A = -(torch.rand(Bsz, T, H, generator=g, dtype=torch.float64) + 0.05) * decay
-    p = dict(q=r(Bsz, T, H, N), k=r(Bsz, T, H, N), v=r(Bsz, T, H, P), adt=A * dt, dt=dt, trap=2 * r(Bsz, T, H),
-             angles=2 * r(Bsz, T, H, R), D=r(H), z=r(Bsz, T, H, P), q_bias=1 + r(H, N), k_bias=1 + r(H, N))
-    return {k: v.to(device) for k, v in p.items()}
-
-
-def _state(p, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    (Bsz, T, H, N), P, R = p["q"].shape, p["v"].shape[-1], p["angles"].shape[-1]
-    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(p["v"].device)
-    return torch.remainder(3 * r(Bsz, H, R), 2 * math.pi), r(Bsz, H, P, N), r(Bsz, H, N), r(Bsz, H, P)
-
-
-def _rel(a, b):
-    return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp(min=1e-300)).item()
+def _on(p, st, device):
+    "test_mamba3_siso's problem and state (float64, CPU) on `device`."
+    return {k: v.to(device) for k, v in p.items()}, tuple(t.to(device) for t in st)
 
 
 def _triton():
@@ -64,7 +48,7 @@ def _grads(fn, p, st, **kw):
 @pytest.mark.skipif(HAS_CUDA, reason="the interpreter tests run where there is no GPU")
 @pytest.mark.parametrize("T,Q,decay", [(130, 64, 1.0), (64, 64, 1.0), (45, 16, 1e3)])
 def test_fp64_parity_with_the_oracle(T, Q, decay):
-    p = _problem(2, T, 3, 16, 4, 4, decay); st = _state(p)
+    p, st = _problem(2, T, 3, 16, 4, 4, decay), _state(2, 3, 16, 4, 4)
     y0, s0 = mamba3_siso_naive(**p, initial_state=st, return_final_state=True)
     y1, s1 = _triton()(**p, initial_state=st, return_final_state=True, chunk_size=Q)
     assert _rel(y1, y0) < 1e-12 and all(_rel(a, b) < 1e-12 for a, b in zip(s1, s0))
@@ -129,7 +113,7 @@ class TestGPU:
         and the angle gradient is a cancelling sum of their products with q̃, k̃ — 2.5e-2 measured at T=300, 1.2e-1 at
         T=2048 with extreme decays (as ill-conditioned in bf16 as the Lite model's phase path). A gradient under a tenth of the case's largest is held to a tenth of the
         largest: under extreme decays d adt is ~e^-50 times the terms that cancel in it, in any fp32 chunked form."""
-        p = _problem(1, T, 4, 64, 32, 16, decay, device="cuda"); st = _state(p)
+        p, st = _on(_problem(1, T, 4, 64, 32, 16, decay), _state(1, 4, 64, 32, 16), "cuda")
         names = [*p, "phi0", "h0", "k0", "v0"]
         for dtype, tol in ((torch.float32, 5e-5), (torch.bfloat16, 3e-2)):
             low = {k: (v.to(dtype) if k in ("q", "k", "v", "z") else v.float()) for k, v in p.items()}

@@ -104,7 +104,7 @@ def scan_args(self: Mamba3SISOBlock, a: dict) -> list:
 def forward(self: Mamba3SISOBlock, u, state=None, return_state: bool = False):
     "u (B, T, d_model); state `(phi, h, k_last, v_last)` or None. Returns u (and the final state if asked)."
     zu = self.in_proj(self.norm1(u))                                               # (B, T, ·), bf16 under autocast
-    with torch.autocast(device_type=u.device.type, enabled=False):                 # the scan stays fp32
+    with torch.autocast(device_type=u.device.type, enabled=False):                 # fp32, but for the Triton matmuls
         args = self.scan_args(self.ssm_inputs(zu))
         if self.scan_in_input_dtype: args[2] = args[2].to(zu.dtype)                # v sets the Triton kernels' operand dtype
         out = self.scan(*args, initial_state=state, return_final_state=return_state, chunk_size=self.cfg.chunk_size)

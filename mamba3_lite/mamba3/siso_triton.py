@@ -14,8 +14,7 @@ import torch.nn.functional as F
 
 from ..ssd.triton.phases import INTERPRET, check_block_dims, device_capability, require_triton
 from ..ssd.triton.real_ssd import scan_backward, scan_forward, tune_for
-from .rotation import cumulative_angles, rotate_pairs
-from .siso import check_siso_args, mamba3_siso_zero_state
+from .siso import check_siso_args, compute_dtype, mamba3_siso_zero_state, skip_and_gate, trapezoid_terms
 
 # %% ../../nbs/09f_mamba3_triton.ipynb #a2601683
 def scan_kernels_forward(q: torch.Tensor, k: torch.Tensor, x: torch.Tensor, alpha: torch.Tensor,
@@ -65,9 +64,6 @@ def chunk_local_cumsum(a: torch.Tensor, Q: int) -> torch.Tensor:
     Bsz, T, H = a.shape
     return F.pad(a, (0, 0, 0, (-T) % Q)).view(Bsz, -1, Q, H).cumsum(2).view(Bsz, -1, H)
 
-def _plus(x, bias, cd):
-    return x.to(cd) if bias is None else x.to(cd) + bias.to(cd)
-
 # %% ../../nbs/09f_mamba3_triton.ipynb #3f64b7ab
 def mamba3_siso_triton(q, k, v, adt, dt, trap, angles, D=None, z=None, q_bias=None, k_bias=None,
                        initial_state=None, return_final_state=False, chunk_size=64):
@@ -78,23 +74,18 @@ def mamba3_siso_triton(q, k, v, adt, dt, trap, angles, D=None, z=None, q_bias=No
     require_triton(q, k, v)
     if INTERPRET and v.dtype in (torch.bfloat16, torch.float16):                # wrong dots there, not an approximation
         raise ValueError(f"v: {v.dtype} on Triton's interpreter (TRITON_INTERPRET=1) gives wrong matmuls; pass float32 or float64")
-    cd = torch.promote_types(torch.promote_types(q.dtype, k.dtype), torch.promote_types(v.dtype, torch.float32))
-    kd, Q = (v.dtype if v.dtype in (torch.bfloat16, torch.float16) else cd), chunk_size   # kd: the kernels' operands
+    cd, Q = compute_dtype(q, k, v), chunk_size
+    kd = v.dtype if v.dtype in (torch.bfloat16, torch.float16) else cd        # the kernels' operand dtype
     with torch.autocast(device_type="cuda" if v.is_cuda else "cpu", enabled=False):
         st = initial_state if initial_state is not None else mamba3_siso_zero_state(Bsz, H, N, P, R, cd, v.device)
         phi0, h0, k0, v0 = (s.to(cd) for s in st)
         if T == 0: return (v.new_zeros(v.shape), (phi0, h0, k0, v0)) if return_final_state else v.new_zeros(v.shape)
-        phi = cumulative_angles(angles, dt, phi0).to(cd)                       # (B, T, H, R)
-        q_rot, k_rot = rotate_pairs(_plus(q, q_bias, cd), phi), rotate_pairs(_plus(k, k_bias, cd), phi)   # (B, T, H, N)
-        vt, dt_, lam = v.to(cd), dt.to(cd), torch.sigmoid(trap.to(cd))
-        gamma, beta_hat = lam * dt_, (1 - lam) * dt_                           # (B, T, H)
-        beta_next = F.pad(beta_hat[:, 1:], (0, 0, 0, 1))                       # β̂_{t+1}, 0 after the last token
+        phi, q_rot, k_rot, vt, gamma, beta_next, h0 = trapezoid_terms(q, k, v, dt, trap, angles, q_bias, k_bias,
+                                                                      (phi0, h0, k0, v0), cd)    # 09c's terms
         w = gamma + beta_next                                                  # k̃_s v_s's weight in every later row
-        h0 = h0 + beta_hat[:, 0, :, None, None] * v0[..., :, None] * k0[..., None, :]   # lagged term of token 1
         y, S_fin = ssd_scan_fwd(q_rot.to(kd), (k_rot * w[..., None]).to(kd), vt.to(kd), chunk_local_cumsum(adt.to(cd), Q),
                                 h0.transpose(-1, -2).contiguous(), Q)          # kernels' state layout (B, H, N, P)
         y = y.to(cd) - (beta_next * (q_rot * k_rot).sum(-1))[..., None] * vt   # the diagonal has γ_l only
-        if D is not None: y = y + D.to(cd)[:, None] * vt
-        if z is not None: y = y * F.silu(z.to(cd))
+        y = skip_and_gate(y, vt, D, z, cd)
         final = (phi[:, -1], S_fin.transpose(-1, -2).to(cd), k_rot[:, -1], vt[:, -1])
     return (y.to(v.dtype), final) if return_final_state else y.to(v.dtype)
