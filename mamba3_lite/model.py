@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .foundations import discretise
 from .ssd.naive import ssd_step
-from .ssd import SSD_BACKENDS, ssd_backend
+from .ssd import SSD_BACKENDS, ssd_backend, ssd_packed_backend
 from .mimo import MIMO
 from .loss import linear_cross_entropy
 
@@ -141,6 +141,7 @@ class Mamba3Block(nn.Module):
         self.norm2 = nn.RMSNorm(cfg.d_model, eps=cfg.rms_norm_eps)
         self.ffn = SwiGLU(cfg.d_model, cfg.ffn_dim)
         self.ssd = ssd_backend(cfg.ssd_dispatch)
+        self.ssd_packed = ssd_packed_backend(cfg.ssd_dispatch)   # None on the PyTorch path
         self.reset_A()
 
     @torch.no_grad()
@@ -185,10 +186,15 @@ def residual_updates(self: Mamba3Block, u, y):
 @patch
 def forward(self: Mamba3Block, u, state=None, return_state: bool = False):
     "u (B, T, d_model); state complex (B, H, N, D) or None. Returns u (and the final state if asked)."
-    x, B_re, B_im, C_re, C_im, dt = self.split_projection(self.in_proj(self.norm1(u)))   # x (B, T, H, D), ...
+    c, proj = self.cfg, self.in_proj(self.norm1(u))                     # (B, T, H(D+4N+1))
     A_re, A_im = self.A_parts()
-    out = self.ssd(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, self.cfg.chunk_size,
-                   initial_state=state, return_final_state=return_state)
+    if self.ssd_packed is not None:          # the kernels read the projection's slices themselves (chapter 05d)
+        out = self.ssd_packed(proj, A_re, A_im, c.n_heads, c.head_dim, c.state_dim, c.chunk_size,
+                              initial_state=state, return_final_state=return_state)
+    else:
+        x, B_re, B_im, C_re, C_im, dt = self.split_projection(proj)     # x (B, T, H, D), ...
+        out = self.ssd(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, c.chunk_size,
+                       initial_state=state, return_final_state=return_state)
     y, state = out if return_state else (out, None)                        # y (B, T, H, D) in x's dtype
     u = self.residual_updates(u, y)
     return (u, state) if return_state else u

@@ -1,8 +1,9 @@
 """Every Triton kernel of the package compiles for the A100 (sm_80) and the H100/H200 (sm_90), and fits in its shared memory.
 
 No GPU is needed: Triton compiles for a target it does not have. A worker process (one per target, both at once) runs
-the package's real entry points -- `ssd_real_chunkwise_triton` forward and backward, as the model calls it (its
-tensors sliced from an in_proj output by `Mamba3Block.split_projection`), `scan_backward`, and `per_chunk_ssd_triton`
+the package's real entry points -- `ssd_real_packed_triton` forward and backward on an in_proj output, as the model's
+block calls it; `ssd_real_chunkwise_triton` on the slices `Mamba3Block.split_projection` makes, with 05d's one-kernel
+backward and with the two-kernel one (`TUNE["bwd"] = "split"`); `scan_backward`; and `per_chunk_ssd_triton`
 -- on meta tensors, with every `@triton.jit` kernel replaced by a recorder and `device_capability` returning the
 target's. So each launch's arguments, constexprs, warps and stages are exactly what the launchers (and the config
 functions they call: 05d's `tune_for`, 05e's `per_chunk_backward_config`) choose on that GPU. The worker derives each
@@ -82,14 +83,31 @@ def _worker(cap: int, full: bool):
     real_ssd.ssd_real_fwd = Direct.apply
     real_ssd.ssd_real_bwd = real_ssd.ssd_kernels_backward
 
-    def model_ssd(cfg, dtype, T, state, backward, B=2):
+    class DirectPacked(torch.autograd.Function):
+        "The same for the packed op (05d's _packed_setup_context/_packed_backward): what the model's block calls."
+        @staticmethod
+        def forward(ctx, *inputs):
+            out = real_ssd.ssd_packed_kernels_forward(*inputs)
+            real_ssd._packed_setup_context(ctx, inputs, out)
+            return out
+        @staticmethod
+        def backward(ctx, *grads): return real_ssd._packed_backward(ctx, *grads)
+    real_ssd.ssd_real_packed_fwd = DirectPacked.apply
+    real_ssd.ssd_real_packed_bwd = real_ssd.ssd_packed_kernels_backward
+
+    def model_ssd(cfg, dtype, T, state, backward, B=2, packed=True):
+        "The SSD as the block calls it: the packed op on the in_proj output, or (packed=False) the six slices."
         H, D, N = cfg.n_heads, cfg.head_dim, cfg.state_dim
         z = torch.empty(B, T, H * (D + 4 * N + 1), dtype=dtype, device="meta", requires_grad=True)
-        x, B_re, B_im, C_re, C_im, dt = Mamba3Block.split_projection(types.SimpleNamespace(cfg=cfg), z)
         A = [torch.empty(H, device="meta", requires_grad=True) for _ in range(2)]      # fp32 parameters
         init = torch.empty(B, H, N, D, dtype=torch.complex64, device="meta", requires_grad=True) if state else None
-        out = real_ssd.ssd_real_chunkwise_triton(x, *A, B_re, B_im, C_re, C_im, dt, cfg.chunk_size,
-                                                 initial_state=init, return_final_state=state or not backward)
+        if packed:
+            out = real_ssd.ssd_real_packed_triton(z, *A, H, D, N, cfg.chunk_size, initial_state=init,
+                                                  return_final_state=state or not backward)
+        else:
+            x, B_re, B_im, C_re, C_im, dt = Mamba3Block.split_projection(types.SimpleNamespace(cfg=cfg), z)
+            out = real_ssd.ssd_real_chunkwise_triton(x, *A, B_re, B_im, C_re, C_im, dt, cfg.chunk_size,
+                                                     initial_state=init, return_final_state=state or not backward)
         if backward:
             loss = (out[0].sum() + torch.view_as_real(out[1]).sum()) if state else out.sum()
             torch.autograd.grad(loss, [z, *A] + ([init] if state else []))
@@ -118,6 +136,12 @@ def _worker(cap: int, full: bool):
                               ("prefill T=37", dict(T=37, state=False, backward=False))):
                 scenario[0] = (f"{mname} {d} {label}", True)
                 model_ssd(cfg, dtype, **kw)
+            scenario[0] = (f"{mname} {d} train, six slices", False)
+            model_ssd(cfg, dtype, T=cfg.max_seq_len, state=True, backward=True, packed=False)
+            real_ssd.TUNE["bwd"] = "split"                     # the two-kernel backward and the rotation's transpose
+            scenario[0] = (f"{mname} {d} train, two-kernel backward", False)
+            model_ssd(cfg, dtype, T=cfg.max_seq_len, state=True, backward=True)
+            real_ssd.TUNE["bwd"] = "chunk"
             scenario[0] = (f"{mname} {d} scan_backward(want_dtheta=False)", False)
             scan_no_dtheta(cfg, dtype)
         for xc in (False, True):
@@ -231,7 +255,7 @@ def test_every_jit_function_is_covered(compiled):
         missing = set(s["jit_functions"]) - set(s["launched"]) - set(s["helpers"])
         assert not missing, f"sm_{cap}: @triton.jit functions no scenario launches: {sorted(missing)}"
         assert {r["kernel"] for r in recs} == set(s["launched"])
-        assert len(s["launched"]) >= 11, s                      # 9 on the model's path, 2 per-chunk
+        assert len(s["launched"]) >= 12, s                      # 8 on the model's path, 2 off it, 2 per-chunk
 
 
 def test_alloc_figure_equals_full_compile(compiled):
