@@ -17,30 +17,14 @@ def main():
     p.add_argument("--batch", type=int, default=16); p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--out"); a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit("bench_bwd_chunk: needs a CUDA GPU")
-    from common import emit
-    from mamba3_lite.ssd.triton.real_ssd import TUNE, _state_blocks
+    from common import cuda_event_ms as timed, emit, rel_diff as rel, scan_backward_inputs
+    from mamba3_lite.ssd.triton.real_ssd import TUNE
     from mamba3_lite.ssd.triton.phases import rotate_backward
-    from mamba3_lite.ssd.triton.chunk_state import states_forward, states_backward
     from mamba3_lite.ssd.triton.chunk_scan import scan_backward_chunk, scan_dqdk, scan_dx
     Bsz, T, H, M, D, Q = a.batch, a.seq, 16, 128, 64, 64
-    g = torch.Generator(device="cuda").manual_seed(0)
-    r = lambda *s: torch.randn(*s, device="cuda", generator=g).bfloat16()
-    q, k, x, dy = r(Bsz, T, H, M), r(Bsz, T, H, M), r(Bsz, T, H, D), r(Bsz, T, H, D)
-    alpha = -torch.rand(Bsz, T // Q, Q, H, device="cuda", generator=g).cumsum(2).view(Bsz, T, H) * 0.05
+    q, k, x, dy, alpha, states, dstates, g = scan_backward_inputs(Bsz, T, H, M, D, Q)
     theta = torch.rand(Bsz, T, H, device="cuda", generator=g) * 6.28
     cos, sin = theta.cos(), theta.sin()
-    states, _ = states_forward(k, x, alpha, None, Q, **_state_blocks(TUNE))
-    dstates, _ = states_backward(q, dy, alpha, None, Q, states.dtype, **_state_blocks(TUNE))
-
-    def timed(fn, iters=20):
-        for _ in range(3): fn()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(iters):
-            s.record(); fn(); e.record(); e.synchronize(); times.append(s.elapsed_time(e))
-        return sorted(times)[iters // 2]
-
-    def rel(u, v): return ((u.float() - v.float()).abs().max() / v.float().abs().max()).item()
 
     def two_kernels():
         dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=TUNE["BC"], BD=TUNE["BD_scan"], num_warps=TUNE["warps_dx"],

@@ -14,27 +14,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out"); a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit("bench_tune_scan: needs a CUDA GPU")
-    from common import emit
-    from mamba3_lite.ssd.triton.real_ssd import TUNE, _state_blocks
-    from mamba3_lite.ssd.triton.chunk_state import states_forward, states_backward
+    from common import cuda_event_ms as timed, emit, rel_diff as rel, scan_backward_inputs
+    from mamba3_lite.ssd.triton.real_ssd import TUNE
     from mamba3_lite.ssd.triton.chunk_scan import scan_dqdk, scan_dx
     Bsz, T, H, M, D, Q = 16, 2048, 16, 128, 64, 64
-    g = torch.Generator(device="cuda").manual_seed(0)
-    r = lambda *s, dt=torch.bfloat16: torch.randn(*s, device="cuda", generator=g).to(dt)
-    q, k, x, dy = r(Bsz, T, H, M), r(Bsz, T, H, M), r(Bsz, T, H, D), r(Bsz, T, H, D)
-    alpha = -torch.rand(Bsz, T // Q, Q, H, device="cuda", generator=g).cumsum(2).view(Bsz, T, H) * 0.05
-    states, _ = states_forward(k, x, alpha, None, Q, **_state_blocks(TUNE))
-    dstates, _ = states_backward(q, dy, alpha, None, Q, states.dtype, **_state_blocks(TUNE))
-
-    def timed(fn, iters=20):
-        for _ in range(3): fn()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(iters):
-            s.record(); fn(); e.record(); e.synchronize(); times.append(s.elapsed_time(e))
-        return sorted(times)[iters // 2]
-
-    def rel(a, b): return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+    q, k, x, dy, alpha, states, dstates, _ = scan_backward_inputs(Bsz, T, H, M, D, Q)
     out = {"shape": dict(B=Bsz, T=T, H=H, M=M, D=D, Q=Q, dtype="bf16"), "current": {k: TUNE[k] for k in TUNE}}
     ref = scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, True, BC=TUNE["BC_dqdk"], BM=TUNE["BM_dqdk"],
                     num_warps=TUNE["warps_dqdk"], num_stages=TUNE["stages"])

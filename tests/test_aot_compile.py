@@ -71,28 +71,21 @@ def _worker(cap: int, full: bool):
         m.require_triton = lambda *t: None                    # meta tensors: shapes and strides, no data
         m.device_capability = lambda t: capability
 
-    class Direct(torch.autograd.Function):
-        "The custom ops' own autograd wiring (05d's _setup_context/_backward), minus the dispatcher: on meta tensors an op would run its fake, not its kernels."
-        @staticmethod
-        def forward(ctx, *inputs):
-            out = real_ssd.ssd_kernels_forward(*inputs)
-            real_ssd._setup_context(ctx, inputs, out)
-            return out
-        @staticmethod
-        def backward(ctx, *grads): return real_ssd._backward(ctx, *grads)
-    real_ssd.ssd_real_fwd = Direct.apply
+    def direct(forward, setup_context, backward):
+        "A custom op's own autograd wiring (05d's setup_context and backward), minus the dispatcher: on meta tensors an op would run its fake, not its kernels."
+        class Direct(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *inputs):
+                out = forward(*inputs)
+                setup_context(ctx, inputs, out)
+                return out
+            @staticmethod
+            def backward(ctx, *grads): return backward(ctx, *grads)
+        return Direct.apply
+    real_ssd.ssd_real_fwd = direct(real_ssd.ssd_kernels_forward, real_ssd._setup_context, real_ssd._backward)
     real_ssd.ssd_real_bwd = real_ssd.ssd_kernels_backward
-
-    class DirectPacked(torch.autograd.Function):
-        "The same for the packed op (05d's _packed_setup_context/_packed_backward): what the model's block calls."
-        @staticmethod
-        def forward(ctx, *inputs):
-            out = real_ssd.ssd_packed_kernels_forward(*inputs)
-            real_ssd._packed_setup_context(ctx, inputs, out)
-            return out
-        @staticmethod
-        def backward(ctx, *grads): return real_ssd._packed_backward(ctx, *grads)
-    real_ssd.ssd_real_packed_fwd = DirectPacked.apply
+    real_ssd.ssd_real_packed_fwd = direct(real_ssd.ssd_packed_kernels_forward, real_ssd._packed_setup_context,
+                                          real_ssd._packed_backward)          # what the model's block calls
     real_ssd.ssd_real_packed_bwd = real_ssd.ssd_packed_kernels_backward
 
     def model_ssd(cfg, dtype, T, state, backward, B=2, packed=True):
