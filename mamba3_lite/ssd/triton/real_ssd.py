@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['TUNE', 'TUNE_BY_CAPABILITY', 'ssd_real_fwd', 'ssd_real_bwd', 'ssd_real_packed_fwd', 'ssd_real_packed_bwd', 'tune_for',
-           'scan_forward', 'scan_backward', 'one_kernel_backward', 'scan_backward_rotated', 'ssd_kernels_forward',
-           'ssd_kernels_backward', 'ssd_real_chunkwise_triton', 'operand_dtype', 'packed_parts',
+           'scan_forward', 'scan_backward', 'one_kernel_backward', 'scan_backward_rotated', 'operand_dtype',
+           'ssd_kernels_forward', 'ssd_kernels_backward', 'ssd_real_chunkwise_triton', 'packed_parts',
            'ssd_packed_kernels_forward', 'ssd_packed_kernels_backward', 'ssd_real_packed_triton']
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #97dc588a
@@ -37,6 +37,10 @@ def _state_blocks(tune):
 def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
+def _cotangent(dy, x):
+    "dy in x's dtype with a unit last stride; zeros where autograd passes None (only the final state was used)."
+    return torch.zeros_like(x) if dy is None else _unit_last(dy.to(x.dtype))
+
 def scan_forward(q, k, x, alpha, S0, Q, tune=None):
     """The chunked scan on rotated q, k: 05b's state pass, then 05c's output. q, k (B,T,H,M) and x (B,T,H,D) in one
     compute dtype with a unit last stride; alpha (B, NC*Q, H) chunk-local cumulative log-decay in the state dtype (fp32;
@@ -53,7 +57,7 @@ def scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False, tune=Non
     (recomputed unless given), the reverse state pass, dx, then dq, dk and the decay (and, with `want_dtheta`, phase)
     gradients. Returns dq, dk (q's dtype), dx (x's dtype), dalpha (B, NC*Q, H), dS0 (None without S0), dtheta or None."""
     tune = tune or tune_for(device_capability(q))
-    dy = torch.zeros_like(x) if dy is None else _unit_last(dy.to(x.dtype))
+    dy = _cotangent(dy, x)
     if states is None:
         states, _ = states_forward(k, x, alpha, S0, Q, **_state_blocks(tune))
     dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **_state_blocks(tune))
@@ -77,7 +81,7 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
     if not one_kernel_backward(tune, Q, q.shape[-1]):
         dq, dk, dx, dalpha, dS0, dtheta = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, True, tune, states)
         return (*rotate_backward(cos, sin, dq, dk, [bc_dtype] * 4, block_rows=tune["BR_rot"]), dx, dalpha, dS0, dtheta)
-    dy = torch.zeros_like(x) if dy is None else _unit_last(dy.to(x.dtype))
+    dy = _cotangent(dy, x)
     dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **_state_blocks(tune))
     bc, dx, dalpha, dtheta = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, bc_dtype,
                                                  with_dx=tune["chunk_dx"], num_warps=tune["warps_chunk"],
@@ -88,22 +92,39 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
     return (*bc, dx, dalpha, (dS0 if S0 is not None else None), dtheta)
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #d30ed040
+def operand_dtype(dtype: torch.dtype) -> torch.dtype:
+    "What the kernels multiply in for inputs of `dtype`: bf16/fp16 as they are, anything else fp32."
+    return dtype if dtype in (torch.bfloat16, torch.float16) else torch.float32
+
+def _forward_kernels(x, B_re, B_im, C_re, C_im, dt, A_re, A_im, S0, Q):
+    """Decays and phases, rotation, state pass and scan, x already in the operand dtype. Returns y (x's dtype), S_fin,
+    theta_end, q, k, alpha, cos, sin and the chunk states (kept: the backward reads them)."""
+    tune = tune_for(device_capability(x))
+    alpha, cos, sin, th_end = phases_forward(dt, A_re.float().contiguous(), A_im.float().contiguous(), Q)
+    q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, x.dtype, block_rows=tune["BR_rot"])
+    states, S_fin = states_forward(k, x, alpha, S0, Q, **_state_blocks(tune))
+    y = scan_y(q, k, x, alpha, states, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_scan"],
+               num_stages=tune["stages"])
+    return y, S_fin, th_end, q, k, alpha, cos, sin, states
+
+def _forward_fakes(like, Bsz, T, H, D, N, Q, cd):
+    "Empty tensors shaped as `_forward_kernels`' results (y in `like`'s dtype), for the ops' fake implementations."
+    f32, NC = dict(dtype=torch.float32, device=like.device), -(-T // Q)
+    return (like.new_empty(Bsz, T, H, D), like.new_empty(Bsz, H, 2 * N, D, **f32), like.new_empty(Bsz, H, **f32),
+            like.new_empty(Bsz, T, H, 2 * N, dtype=cd), like.new_empty(Bsz, T, H, 2 * N, dtype=cd),
+            like.new_empty(Bsz, NC * Q, H, **f32), like.new_empty(Bsz, T, H, **f32), like.new_empty(Bsz, T, H, **f32),
+            like.new_empty(Bsz, NC, H, 2 * N, D, dtype=state_dtype(cd, torch.float32)))
+
 def ssd_kernels_forward(x: torch.Tensor, A_re: torch.Tensor, A_im: torch.Tensor, B_re: torch.Tensor, B_im: torch.Tensor,
                  C_re: torch.Tensor, C_im: torch.Tensor, dt: torch.Tensor, S0: Optional[torch.Tensor], Q: int
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The forward kernels in order: decays and phases, rotation, state pass and scan. Returns y, S_fin, theta_end and
     what the backward reads: q, k, xk, alpha, cos, sin, dtc and the chunk states. Wrapped below as the custom op `ssd_real_fwd`."""
-    cd = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.float32
     # own copies: x and dt are usually slices of the in_proj output, and keeping a slice for the backward would keep
     # the whole projection alive (5x x's size at the default shapes); an op's outputs must not alias its inputs anyway
-    xk = x.to(cd, copy=True).contiguous()
+    xk = x.to(operand_dtype(x.dtype), copy=True).contiguous()
     dtc = dt.clone(memory_format=torch.contiguous_format)
-    tune = tune_for(device_capability(x))
-    alpha, cos, sin, th_end = phases_forward(dtc, A_re.float().contiguous(), A_im.float().contiguous(), Q)
-    q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, cd, block_rows=tune["BR_rot"])
-    states, S_fin = states_forward(k, xk, alpha, S0, Q, **_state_blocks(tune))       # kept: the backward reads them
-    y = scan_y(q, k, xk, alpha, states, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_scan"],
-               num_stages=tune["stages"])
+    y, S_fin, th_end, q, k, alpha, cos, sin, states = _forward_kernels(xk, B_re, B_im, C_re, C_im, dtc, A_re, A_im, S0, Q)
     return y.to(x.dtype), S_fin, th_end, q, k, xk, alpha, cos, sin, dtc, states
 
 # one opaque node for torch.compile (not a graph break)
@@ -113,15 +134,20 @@ ssd_real_fwd = torch.library.custom_op("mamba3_lite::ssd_real_fwd", ssd_kernels_
 def _(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, S0, Q):
     "Shapes and dtypes only, so torch.compile can trace through the op without running a kernel."
     Bsz, T, H, D = x.shape
-    N, cd, NC = B_re.shape[-1], (x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.float32), -(-T // Q)
-    f32 = dict(dtype=torch.float32, device=x.device)
-    return (x.new_empty(Bsz, T, H, D), x.new_empty(Bsz, H, 2 * N, D, **f32), x.new_empty(Bsz, H, **f32),
-            x.new_empty(Bsz, T, H, 2 * N, dtype=cd), x.new_empty(Bsz, T, H, 2 * N, dtype=cd),
-            x.new_empty(Bsz, T, H, D, dtype=cd), x.new_empty(Bsz, NC * Q, H, **f32),
-            x.new_empty(Bsz, T, H, **f32), x.new_empty(Bsz, T, H, **f32), dt.new_empty(Bsz, T, H),
-            x.new_empty(Bsz, NC, H, 2 * N, D, dtype=state_dtype(cd, torch.float32)))
+    cd = operand_dtype(x.dtype)
+    y, S_fin, th_end, q, k, alpha, cos, sin, states = _forward_fakes(x, Bsz, T, H, D, B_re.shape[-1], Q, cd)
+    return y, S_fin, th_end, q, k, x.new_empty(Bsz, T, H, D, dtype=cd), alpha, cos, sin, dt.new_empty(Bsz, T, H), states
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #f508d142
+def _backward_kernels(dy, dS_fin, dth_end, q, k, x, alpha, cos, sin, dt, states, A_re, A_im, S0, Q, bc_dtype, out=None):
+    """The scan's backward through the rotation (`scan_backward_rotated`, into `out` where it can), then the phases'
+    transpose. Returns (dB_re, dB_im, dC_re, dC_im), dx, ddt, dA_re, dA_im, dS0 (zeros without S0: an op returns tensors)."""
+    *dbc, dx, dalpha, dS0, dtheta = scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype, states,
+                                                          out=out)
+    ddt, dare, daim = phases_backward(dt, A_re.float().contiguous(), A_im.float().contiguous(), dalpha, dtheta, dth_end, Q)
+    dS0 = torch.zeros_like(dalpha[:1, :1, :1]) if dS0 is None else dS0
+    return dbc, dx, ddt, dare.to(A_re.dtype), daim.to(A_im.dtype), dS0
+
 def ssd_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Tensor], dth_end: Optional[torch.Tensor],
                  q: torch.Tensor, k: torch.Tensor, xk: torch.Tensor, alpha: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor, dtc: torch.Tensor, states: torch.Tensor, A_re: torch.Tensor, A_im: torch.Tensor, S0: Optional[torch.Tensor],
@@ -129,13 +155,9 @@ def ssd_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Tens
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward kernels in order: the scan's backward, the rotation's transpose, the phases' transpose (the op `ssd_real_bwd`).
     Returns [dx, dA_re, dA_im, dB_re, dB_im, dC_re, dC_im, ddt, dS0] (dS0 zeros without S0)."""
-    tune = tune_for(device_capability(q))
-    A_re32, A_im32 = A_re.float().contiguous(), A_im.float().contiguous()
-    dB_re, dB_im, dC_re, dC_im, dx, dalpha, dS0, dtheta = scan_backward_rotated(
-        q, k, xk, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype, states, tune)
-    ddt, dare, daim = phases_backward(dtc, A_re32, A_im32, dalpha, dtheta, dth_end, Q)
-    dS0 = torch.zeros_like(dalpha[:1, :1, :1]) if dS0 is None else dS0        # an op returns tensors, never None
-    return dx.to(x_dtype), dare.to(A_re.dtype), daim.to(A_im.dtype), dB_re, dB_im, dC_re, dC_im, ddt, dS0
+    dbc, dx, ddt, dare, daim, dS0 = _backward_kernels(dy, dS_fin, dth_end, q, k, xk, alpha, cos, sin, dtc, states,
+                                                      A_re, A_im, S0, Q, bc_dtype)
+    return dx.to(x_dtype), dare, daim, *dbc, ddt, dS0
 
 ssd_real_bwd = torch.library.custom_op("mamba3_lite::ssd_real_bwd", ssd_kernels_backward, mutates_args=())
 
@@ -181,10 +203,6 @@ def ssd_real_chunkwise_triton(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_s
     return (y, complex_state_from_real(S, theta_end)) if return_final_state else y
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #7013ad2a
-def operand_dtype(dtype: torch.dtype) -> torch.dtype:
-    "What the kernels multiply in for inputs of `dtype`: bf16/fp16 as they are, anything else fp32."
-    return dtype if dtype in (torch.bfloat16, torch.float16) else torch.float32
-
 def packed_parts(proj, H: int, D: int, N: int):
     "Views of an in_proj output (B, T, H(D+4N+1)), chapter 04's order: x (B,T,H,D); B_re, B_im, C_re, C_im (B,T,H,N); dt (B,T,H)."
     Bsz, T, F = proj.shape
@@ -199,15 +217,9 @@ def ssd_packed_kernels_forward(proj: torch.Tensor, A_re: torch.Tensor, A_im: tor
     """`ssd_kernels_forward` on the projection's slices, read in place. Returns y, S_fin, theta_end and what the
     backward reads besides the projection: q, k, alpha, cos, sin, the chunk states."""
     x, B_re, B_im, C_re, C_im, dt = packed_parts(proj, H, D, N)
-    cd = operand_dtype(proj.dtype)
-    tune = tune_for(device_capability(proj))
-    alpha, cos, sin, th_end = phases_forward(dt, A_re.float().contiguous(), A_im.float().contiguous(), Q)
-    q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, cd, block_rows=tune["BR_rot"])
-    xk = x.to(cd)                                              # a view when the projection is in the compute dtype
-    states, S_fin = states_forward(k, xk, alpha, S0, Q, **_state_blocks(tune))
-    y = scan_y(q, k, xk, alpha, states, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_scan"],
-               num_stages=tune["stages"])
-    return y.to(proj.dtype), S_fin, th_end, q, k, alpha, cos, sin, states
+    # x.to: a view when the projection is in the operand dtype
+    y, *rest = _forward_kernels(x.to(operand_dtype(proj.dtype)), B_re, B_im, C_re, C_im, dt, A_re, A_im, S0, Q)
+    return y.to(proj.dtype), *rest
 
 # needs_fixed_stride_order: Inductor may hand over the projection with its rows padded (128-byte aligned strides);
 # the kernels read any row stride, and the default (exact eager strides) would copy the whole projection first
@@ -216,13 +228,7 @@ ssd_real_packed_fwd = torch.library.custom_op("mamba3_lite::ssd_real_packed_fwd"
 
 @ssd_real_packed_fwd.register_fake
 def _(proj, A_re, A_im, S0, Q, H, D, N):
-    Bsz, T, _ = proj.shape
-    cd, NC = operand_dtype(proj.dtype), -(-T // Q)
-    f32 = dict(dtype=torch.float32, device=proj.device)
-    return (proj.new_empty(Bsz, T, H, D), proj.new_empty(Bsz, H, 2 * N, D, **f32), proj.new_empty(Bsz, H, **f32),
-            proj.new_empty(Bsz, T, H, 2 * N, dtype=cd), proj.new_empty(Bsz, T, H, 2 * N, dtype=cd),
-            proj.new_empty(Bsz, NC * Q, H, **f32), proj.new_empty(Bsz, T, H, **f32), proj.new_empty(Bsz, T, H, **f32),
-            proj.new_empty(Bsz, NC, H, 2 * N, D, dtype=state_dtype(cd, torch.float32)))
+    return _forward_fakes(proj, *proj.shape[:2], H, D, N, Q, operand_dtype(proj.dtype))
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #ee86ce0f
 def ssd_packed_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Tensor], dth_end: Optional[torch.Tensor],
@@ -232,18 +238,14 @@ def ssd_packed_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[tor
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     "`ssd_kernels_backward` writing into one gradient of the projection. Returns dproj, dA_re, dA_im, dS0 (zeros without S0)."
     x, _, _, _, _, dt = packed_parts(proj, H, D, N)
-    tune = tune_for(device_capability(proj))
     dproj = torch.empty_like(proj)
     dx_v, *dbc_v, ddt_v = packed_parts(dproj, H, D, N)
-    *dbc, dx, dalpha, dS0, dtheta = scan_backward_rotated(q, k, x.to(q.dtype), alpha, S0, Q, dy, dS_fin, cos, sin,
-                                                          proj.dtype, states, tune, out=(*dbc_v, dx_v))
-    for view, g in zip((*dbc_v, dx_v), (*dbc, dx)):
-        if g.data_ptr() != view.data_ptr():                    # a path that could not write in place
+    dbc, dx, ddt, dare, daim, dS0 = _backward_kernels(dy, dS_fin, dth_end, q, k, x.to(q.dtype), alpha, cos, sin, dt,
+                                                      states, A_re, A_im, S0, Q, proj.dtype, out=(*dbc_v, dx_v))
+    for view, g in zip((*dbc_v, dx_v, ddt_v), (*dbc, dx, ddt)):
+        if g.data_ptr() != view.data_ptr():                    # ddt (a few MB), and what a path could not write in place
             view.copy_(g)
-    ddt, dare, daim = phases_backward(dt, A_re.float().contiguous(), A_im.float().contiguous(), dalpha, dtheta, dth_end, Q)
-    ddt_v.copy_(ddt)                                           # (B, T, H): a few MB
-    dS0 = torch.zeros_like(dalpha[:1, :1, :1]) if dS0 is None else dS0
-    return dproj, dare.to(A_re.dtype), daim.to(A_im.dtype), dS0
+    return dproj, dare, daim, dS0
 
 ssd_real_packed_bwd = torch.library.custom_op("mamba3_lite::ssd_real_packed_bwd", ssd_packed_kernels_backward, mutates_args=(),
                                               tags=(torch.Tag.needs_fixed_stride_order,))
