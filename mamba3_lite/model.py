@@ -178,9 +178,17 @@ def split_projection(self: Mamba3Block, z):
     return (x.reshape(*lead, H, D), *(t.reshape(*lead, H, N) for t in (B_re, B_im, C_re, C_im)), dt)
 
 @patch
+def folds_mixer(self: Mamba3Block, rows: int) -> bool:
+    "Whether `residual_updates` runs out_proj ∘ mix as one GEMM for `rows` tokens: a `MIMO` mixer and more rows than d_model (then the fold saves work)."
+    return isinstance(self.mimo, MIMO) and rows > self.cfg.d_model
+
+@patch
 def residual_updates(self: Mamba3Block, u, y):
-    "Residual updates after the SSD: head mixer, out_proj, then the SwiGLU half."
-    u = u + self.out_proj(self.mimo(y).flatten(-2))                     # (..., d_model)
+    "Residual updates after the SSD: head mixer and out_proj (one GEMM with weight $W_{out} W_{mix}$ where `folds_mixer`), then the SwiGLU half."
+    if self.folds_mixer(y.numel() // (y.shape[-1] * y.shape[-2])):
+        u = u + F.linear(y.flatten(-2), self.out_proj.weight @ self.mimo.mix.weight)   # autograd: both weights' gradients
+    else:
+        u = u + self.out_proj(self.mimo(y).flatten(-2))                 # (..., d_model)
     return u + self.ffn(self.norm2(u))
 
 @patch

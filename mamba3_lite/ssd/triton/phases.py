@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['INTERPRET', 'MAX_BLOCK', 'MAX_SHARED_PER_BLOCK', 'require_triton', 'check_block_dims', 'block_size', 'dot_precision',
-           'strides3', 'device_capability', 'rotate_forward', 'rotate_backward', 'phases_forward', 'phases_backward',
-           'HAS_TRITON']
+           'strides3', 'device_capability', 'rotate_forward', 'rotate_backward', 'chunks_per_tile', 'phases_forward',
+           'phases_backward', 'HAS_TRITON']
 
 # %% ../../../nbs/05a_triton_phases.ipynb #24fad4d6
 import math
@@ -161,24 +161,28 @@ if HAS_TRITON:
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])
     def phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, tp_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr,
-                           sdb, sdt, sdh, T, H, Q, NC, BQ: tl.constexpr):
-        "One (b, h): alpha = chunk-local cumsum of softplus(dt) Re A (fp32); theta = fp64 running sum of softplus(dt) Im A mod 2pi."
+                           sdb, sdt, sdh, T, H, Q, NC, BQ: tl.constexpr, CB: tl.constexpr):
+        """One (b, h): alpha = chunk-local cumsum of softplus(dt) Re A (fp32); theta = fp64 running sum of softplus(dt)
+        Im A mod 2pi. One loop step takes a tile of CB chunks x BQ steps: few, wide steps instead of NC narrow ones."""
         pid = tl.program_id(0)
         b, h = pid // H, pid % H
         a_re = tl.load(are_ptr + h).to(tl.float32)
         a_im = tl.load(aim_ptr + h).to(tl.float64)
-        offs = tl.arange(0, BQ)
+        offs, offs_c = tl.arange(0, BQ), tl.arange(0, CB)
         two_pi = tl.load(tp_ptr)                     # fp64 2*pi from memory: a Python float literal may be fp32 here
-        carry = tl.sum(tl.zeros([BQ], dtype=tl.float64), axis=0)                    # fp64 phase carried over chunks
-        for c in range(NC):
-            t = c * Q + offs
-            m = (offs < Q) & (t < T)
+        carry = tl.sum(tl.zeros([CB], dtype=tl.float64), axis=0)                    # fp64 phase carried over tiles
+        for c0 in range(0, NC, CB):
+            c = c0 + offs_c                                                         # (CB,) chunk index
+            t = c[:, None] * Q + offs[None, :]                                      # (CB, BQ) step index
+            inq = (c < NC)[:, None] & (offs < Q)[None, :]                           # rows of the padded layout
+            m = inq & (t < T)
             x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
             sp = tl.where(m, _softplus(x), 0.0)                                    # padded steps: no decay, no phase
-            tl.store(a_ptr + (b * NC * Q + t) * H + h, tl.cumsum(sp * a_re, axis=0), mask=offs < Q)
+            tl.store(a_ptr + (b * NC * Q + t) * H + h, tl.cumsum(sp * a_re, axis=1), mask=inq)
             bb = sp.to(tl.float64) * a_im
-            th = carry + tl.cumsum(bb, axis=0)
-            carry += tl.sum(bb, axis=0)
+            row = tl.sum(bb, axis=1)                                                # (CB,) each chunk's phase
+            th = carry + (tl.cumsum(row, axis=0) - row)[:, None] + tl.cumsum(bb, axis=1)   # earlier chunks + this one
+            carry += tl.sum(row, axis=0)
             kk = (th / two_pi).to(tl.int64).to(tl.float64)                          # floor, also for negative phases
             kk = tl.where(kk * two_pi > th, kk - 1.0, kk)
             th32 = (th - kk * two_pi).to(tl.float32)
@@ -192,40 +196,49 @@ if HAS_TRITON:
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])
     def phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, ddt_ptr, dare_ptr, daim_ptr,
-                           sdb, sdt, sdh, T, H, Q, NC, HAS_DTHEND: tl.constexpr, BQ: tl.constexpr):
-        "Transpose of the above, chunks in reverse: suffix sums of dalpha (within a chunk) and dtheta (whole sequence, fp64)."
+                           sdb, sdt, sdh, T, H, Q, NC, HAS_DTHEND: tl.constexpr, BQ: tl.constexpr, CB: tl.constexpr):
+        "Transpose of the above, tiles in reverse: suffix sums of dalpha (within a chunk) and dtheta (whole sequence, fp64)."
         pid = tl.program_id(0)
         b, h = pid // H, pid % H
         a_re = tl.load(are_ptr + h).to(tl.float32)
         a_im = tl.load(aim_ptr + h).to(tl.float64)
-        offs = tl.arange(0, BQ)
-        zero64 = tl.sum(tl.zeros([BQ], dtype=tl.float64), axis=0)
-        carry = zero64                                                              # sum of dtheta over later steps
+        offs, offs_c = tl.arange(0, BQ), tl.arange(0, CB)
+        zero64 = tl.sum(tl.zeros([CB], dtype=tl.float64), axis=0)
+        carry = zero64                                                              # sum of dtheta over later tiles
         if HAS_DTHEND:
             carry += tl.load(dthend_ptr + pid).to(tl.float64)                        # theta_end depends on every step
         acc_re, acc_im = zero64, zero64
-        for i in range(NC):
-            c = NC - 1 - i
-            t = c * Q + offs
-            m = (offs < Q) & (t < T)
+        n_tiles = tl.cdiv(NC, CB)
+        for i in range(n_tiles):
+            c = (n_tiles - 1 - i) * CB + offs_c                                     # (CB,) chunk index
+            t = c[:, None] * Q + offs[None, :]                                      # (CB, BQ) step index
+            inq = (c < NC)[:, None] & (offs < Q)[None, :]
+            m = inq & (t < T)
             x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
             sp = tl.where(m, _softplus(x), 0.0)
-            da = tl.load(da_ptr + (b * NC * Q + t) * H + h, mask=offs < Q, other=0.)   # padded rows count: alpha_end
-            a_suf = tl.sum(da, axis=0) - tl.cumsum(da, axis=0) + da                 # sum_{u >= t in chunk} dalpha_u
+            da = tl.load(da_ptr + (b * NC * Q + t) * H + h, mask=inq, other=0.)     # padded rows count: alpha_end
+            a_suf = tl.sum(da, axis=1)[:, None] - tl.cumsum(da, axis=1) + da       # sum_{u >= t in chunk} dalpha_u
             g = tl.load(dth_ptr + (b * NC * Q + t) * H + h, mask=m, other=0.).to(tl.float64)
-            th_suf = carry + tl.sum(g, axis=0) - tl.cumsum(g, axis=0) + g            # sum_{u >= t} dtheta_u
-            carry += tl.sum(g, axis=0)
+            row = tl.sum(g, axis=1)                                                 # (CB,)
+            later = tl.sum(row, axis=0) - tl.cumsum(row, axis=0)                    # later chunks of this tile
+            th_suf = carry + (later + row)[:, None] - tl.cumsum(g, axis=1) + g      # sum_{u >= t} dtheta_u
+            carry += tl.sum(row, axis=0)
             dsp = a_re * a_suf + (a_im * th_suf).to(tl.float32)
             sig = 1.0 / (1.0 + tl.exp(-x))
             tl.store(ddt_ptr + (b * T + t) * H + h, (dsp * sig).to(ddt_ptr.dtype.element_ty), mask=m)
-            acc_re += tl.sum((sp * a_suf).to(tl.float64), axis=0)
-            acc_im += tl.sum(sp.to(tl.float64) * th_suf, axis=0)
+            acc_re += tl.sum(tl.sum((sp * a_suf).to(tl.float64), axis=1), axis=0)
+            acc_im += tl.sum(tl.sum(sp.to(tl.float64) * th_suf, axis=1), axis=0)
         tl.store(dare_ptr + pid, acc_re.to(tl.float32))
         tl.store(daim_ptr + pid, acc_im.to(tl.float32))
 
 # %% ../../../nbs/05a_triton_phases.ipynb #01b868d2
-def phases_forward(dt, A_re, A_im, Q):
-    """`chunk_log_decays_and_phases` on one kernel: dt (B,T,H) any strides, A_re and A_im (H,) fp32 contiguous.
+def chunks_per_tile(Q: int, tile_steps: int = 1024) -> int:
+    "Chunks one loop step of the phase kernels takes: a power of two, about `tile_steps` steps in all."
+    return max(1, tile_steps // block_size(Q))
+
+def phases_forward(dt, A_re, A_im, Q, CB=None):
+    """`chunk_log_decays_and_phases` on one kernel: dt (B,T,H) any strides, A_re and A_im (H,) fp32 contiguous;
+    `CB` chunks per loop step (default `chunks_per_tile`).
     Returns alpha (B, NC*Q, H) fp32 (chunk-local cumulative log-decay, padded steps without decay), cos and sin of the
     phase theta (B,T,H) fp32 (theta summed in fp64 and reduced mod 2pi), and theta_end (B,H) fp32."""
     Bsz, T, H = dt.shape
@@ -235,10 +248,10 @@ def phases_forward(dt, A_re, A_im, Q):
     theta_end = torch.empty(Bsz, H, dtype=torch.float32, device=dt.device)
     two_pi = torch.full((1,), 2 * math.pi, dtype=torch.float64, device=dt.device)
     phases_fwd_kernel[(Bsz * H,)](dt, A_re, A_im, two_pi, alpha, cos, sin, theta_end, *dt.stride(), T, H, Q, NC,
-                                  BQ=block_size(Q))
+                                  BQ=block_size(Q), CB=CB or chunks_per_tile(Q))
     return alpha, cos, sin, theta_end
 
-def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q):
+def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q, CB=None):
     """The transpose of `phases_forward`: dalpha and dtheta (B, NC*Q, H) fp32, dtheta_end (B,H) or None. Returns
     d(dt) (B,T,H) in dt's dtype, dA_re and dA_im (H,) fp32."""
     Bsz, T, H = dt.shape
@@ -247,5 +260,6 @@ def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q):
     dare, daim = (torch.empty(Bsz, H, dtype=torch.float32, device=dt.device) for _ in range(2))
     dthe = None if dtheta_end is None else dtheta_end.float().contiguous()
     phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, dalpha, dtheta, dthe if dthe is not None else dare, ddt, dare, daim,
-                                  *dt.stride(), T, H, Q, NC, HAS_DTHEND=dthe is not None, BQ=block_size(Q))
+                                  *dt.stride(), T, H, Q, NC, HAS_DTHEND=dthe is not None, BQ=block_size(Q),
+                                  CB=CB or chunks_per_tile(Q))
     return ddt, dare.sum(0), daim.sum(0)

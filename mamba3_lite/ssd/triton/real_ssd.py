@@ -20,7 +20,7 @@ from .chunk_state import state_dtype, states_backward, states_forward
 from .chunk_scan import scan_backward_chunk, scan_dqdk, scan_dx, scan_y
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #018f29c6
-TUNE = dict(BC=64, BM_state=64, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4,
+TUNE = dict(BC=64, BM_state=32, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4, stages_state=3,
             warps_dx=4, warps_dqdk=4, stages=2, BR_rot=64, BC_dqdk=64, stages_dqdk=1,
             bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1)
 TUNE_BY_CAPABILITY = {}     # (major, minor) -> the entries of TUNE that GPU changes: none (TUNE fits sm_80, see below)
@@ -32,7 +32,7 @@ def tune_for(capability=None) -> dict:
     return {**TUNE, **TUNE_BY_CAPABILITY.get(capability, {})}
 
 def _state_blocks(tune):
-    return dict(BM=tune["BM_state"], BD=tune["BD_state"], num_warps=tune["warps_state"], num_stages=tune["stages"])
+    return dict(BM=tune["BM_state"], BD=tune["BD_state"], num_warps=tune["warps_state"], num_stages=tune["stages_state"])
 
 def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
