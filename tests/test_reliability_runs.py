@@ -424,3 +424,10 @@ def test_resume_auto_without_checkpoints_never_overwrites_a_run(tmp_path, capsys
     assert Path(t.cfg.checkpoint_dir) == tmp_path / "ck-2" and "holds another run" in capsys.readouterr().out
     t.train()
     assert snapshot(tmp_path / "ck") == before
+
+
+def test_triton_opt_in_on_a_cpu_is_refused_before_any_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENABLE_TRITON_KERNELS", "1"); monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ConfigError, match=r"^model\.ssd_dispatch: the Triton kernels run on CUDA GPUs and this run's device is cpu"):
+        Pretrainer(tiny_cfg(tmp_path, model={"ssd_dispatch": "triton"}))
+    assert not (tmp_path / "ck").exists()

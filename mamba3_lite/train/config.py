@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['ALIASES', 'COMPILE_MODES', 'PARALLEL_MODES', 'MODEL_FIELDS', 'MAX_SEED', 'TINY_MODEL', 'GPU_MODEL', 'PRESETS',
            'ConfigError', 'coerce_field', 'suggest_field', 'TrainingConfig', 'model_with', 'field_names',
-           'config_warnings', 'busy_cores', 'cpu_threads', 'set_cpu_threads', 'expand_model_keys']
+           'config_warnings', 'check_ssd_device', 'busy_cores', 'cpu_threads', 'set_cpu_threads', 'expand_model_keys']
 
 # %% ../../nbs/07a_config.ipynb #e53eae25
 import dataclasses, difflib, json, math, os, re, time
@@ -14,9 +14,11 @@ from dataclasses import dataclass, field, fields
 from typing import Optional, get_type_hints
 
 from fastcore.basics import patch
+import torch
 
 from ..model import ModelConfig
 from ..runtime import parse_bool
+from ..ssd import effective_backend
 from ..data.tokenizer import TOKENIZERS, get_tokenizer, infer_tokenizer
 
 # %% ../../nbs/07a_config.ipynb #4b2fb965
@@ -241,6 +243,13 @@ def config_warnings(cfg: TrainingConfig) -> list[str]:
         out.append(f"warmup_steps {cfg.warmup_steps:,} >= max_steps {cfg.max_steps:,}: the run ends inside the linear warm-up, "
                    f"its learning rate peaking at {peak:.1%} of lr ({cfg.lr * peak:.3g}); the cosine decay never starts")
     return out
+
+# %% ../../nbs/07a_config.ipynb #5af69bf2
+def check_ssd_device(dispatch: str, device: torch.device):
+    "Refuse a Triton opt-in on a device its kernels can't run on: one line naming the field, before any work (no silent fallback)."
+    if effective_backend(dispatch) == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError(f"model.ssd_dispatch: the Triton kernels run on CUDA GPUs and this run's device is {device}; use "
+                          "model.ssd_dispatch pytorch (or TRITON_INTERPRET=1, the slow interpreter the tests use)")
 
 # %% ../../nbs/07a_config.ipynb #0f005b22
 def busy_cores(interval: float = 0.25) -> float:

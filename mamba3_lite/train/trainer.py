@@ -23,7 +23,7 @@ from ..data.tokenizer import decode_stream, get_tokenizer, write_tokenizer_recor
 from ..data.shards import ShardError
 from ..data.corpus import builtin_corpus, check_data_tokenizer
 from ..data.loader import PretrainDataset, batches
-from .config import TrainingConfig, ConfigError, set_cpu_threads
+from .config import TrainingConfig, ConfigError, check_ssd_device, set_cpu_threads
 from .optim import build_optimizer, clip_grad_norm, lr_at, set_lr, scheduler_state
 from .checkpoint import (CheckpointManager, CheckpointError, NanGuard, claim_run_dir, first_nonfinite,
                                           optimizer_state_for, resume_changes, resume_refusal, rng_state, set_rng_state, seed_everything)
@@ -57,6 +57,7 @@ class Pretrainer:
         self.echo = echo or (lambda msg: tqdm.write(str(msg), file=sys.stdout))
         if not main: self.echo = lambda msg: None
         self.is_cuda = self.device.type == "cuda"
+        check_ssd_device(cfg.model.ssd_dispatch, self.device)         # before any file is written
         if self.is_cuda:
             torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if self.is_cuda else nullcontext

@@ -1,0 +1,64 @@
+"""Training speed as a user sees it: `python -m mamba3_lite.pretrain` itself, run once per sequence length.
+
+Each run is the real CLI (the `h200` preset unless `--preset` says otherwise, the Triton opt-in, the built-in corpus
+unless `--data_path` is given) writing its own `metrics.jsonl`; the figure is the median `tok_s` of the train records
+after the first (which holds the compile). The CLI counts training steps only: evaluation, checkpoints and samples
+are outside its clock. Prints one JSON record (machine, command, date), like every script here.
+
+    python benchmarks/bench_cli.py --runs 2048x16 8192x4 --out benchmarks/results/cli_h200.json
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import emit
+
+
+def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra: list[str], workdir: Path) -> dict:
+    "One CLI run; its train records, wall time and last lines."
+    ckpt = workdir / f"ck_{seq}x{batch}"
+    cmd = [sys.executable, "-m", "mamba3_lite.pretrain", "--preset", preset, "--model.ssd_dispatch", "triton",
+           "--model.max_seq_len", str(seq), "--batch_size", str(batch), "--max_steps", str(steps),
+           "--log_every", str(log_every), "--eval_every", "0", "--save_every", str(steps), "--sample_tokens", "8",
+           "--checkpoint_dir", str(ckpt), *extra]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env={**os.environ, "ENABLE_TRITON_KERNELS": "1"}, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    out = {"seq": seq, "batch": batch, "command": "ENABLE_TRITON_KERNELS=1 python " + " ".join(cmd[1:]),
+           "returncode": proc.returncode, "wall_s": round(wall, 1)}
+    if proc.returncode != 0:
+        return {**out, "stderr_tail": proc.stderr[-2000:]}
+    records = [json.loads(l) for l in (ckpt / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    train = [r for r in records if r["kind"] == "train"]
+    steady = [r["tok_s"] for r in train[1:]] or [train[-1]["tok_s"]]
+    return {**out, "tokens_per_step": train[-1]["tokens"] // train[-1]["step"], "tok_s_windows": steady,
+            "tokens_per_s": round(statistics.median(steady)), "mfu": train[-1]["mfu"],
+            "loss_first_last": [round(train[0]["loss"], 3), round(train[-1]["loss"], 3)]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", nargs="+", default=["2048x16", "8192x4"], help="SEQxBATCH per run (micro-batch per step)")
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--log_every", type=int, default=4)
+    p.add_argument("--preset", default="h200")
+    p.add_argument("--out")
+    a, extra = p.parse_known_args()                  # anything else goes to the CLI as it is
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in a.runs:
+            seq, batch = (int(v) for v in spec.lower().split("x"))
+            results.append(run_cli(seq, batch, a.steps, a.log_every, a.preset, extra, Path(tmp)))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    import torch
+    emit(results, device="cuda" if torch.cuda.is_available() else None, out=a.out, benchmark="cli_training_speed")
+
+
+if __name__ == "__main__":
+    main()
