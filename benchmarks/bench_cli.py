@@ -2,8 +2,8 @@
 
 Each run is the real CLI (the `h200` preset unless `--preset` says otherwise, the Triton opt-in, the built-in corpus
 unless `--data_path` is given) writing its own `metrics.jsonl`; the figure is the median `tok_s` of the train records
-after the first (which holds the compile). The CLI counts training steps only: evaluation, checkpoints and samples
-are outside its clock. Prints one JSON record (machine, command, date), like every script here.
+after the first (which holds the compile), and the GPU memory the run reserved (`mem_gb`). The CLI counts training
+steps only: the evaluation at the end, the checkpoint and the sample run, outside its clock. Prints one JSON record (machine, command, date), like every script here.
 
     python benchmarks/bench_cli.py --runs 2048x16 8192x4 --out benchmarks/results/cli_h200.json
 """
@@ -25,7 +25,7 @@ def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra
     ckpt = workdir / f"ck_{seq}x{batch}"
     cmd = [sys.executable, "-m", "mamba3_lite.pretrain", "--preset", preset, "--model.ssd_dispatch", "triton",
            "--model.max_seq_len", str(seq), "--batch_size", str(batch), "--max_steps", str(steps),
-           "--log_every", str(log_every), "--eval_every", "0", "--save_every", str(steps), "--sample_tokens", "8",
+           "--log_every", str(log_every), "--eval_every", str(steps), "--eval_batches", "2", "--save_every", str(steps), "--sample_tokens", "8",
            "--checkpoint_dir", str(ckpt), *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env={**os.environ, "ENABLE_TRITON_KERNELS": "1"}, capture_output=True, text=True)
@@ -39,6 +39,7 @@ def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra
     steady = [r["tok_s"] for r in train[1:]] or [train[-1]["tok_s"]]
     return {**out, "tokens_per_step": train[-1]["tokens"] // train[-1]["step"], "tok_s_windows": steady,
             "tokens_per_s": round(statistics.median(steady)), "mfu": train[-1]["mfu"],
+            "peak_reserved_gb": train[-1].get("mem_gb"),
             "loss_first_last": [round(train[0]["loss"], 3), round(train[-1]["loss"], 3)]}
 
 

@@ -38,7 +38,7 @@ def build(kind, dispatch, seq, pad, fused, smoke):
                                          fused_cross_entropy=fused, **size))
 
 
-def train_one(spec, smoke):
+def train_one(spec, smoke, compile_mode="default"):
     "Tokens/s, step time, peak memory of compiled training steps (bf16 autocast, fused AdamW, clipping)."
     name, kind, dispatch, seq, batch, pad, fused = spec
     if smoke: seq, batch = 64, 2
@@ -47,30 +47,34 @@ def train_one(spec, smoke):
     model = build(kind, dispatch, seq, pad, fused, smoke).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=dev.type == "cuda")
-    cmodel = torch.compile(model) if dev.type == "cuda" else model
+    cmodel = torch.compile(model, mode=compile_mode) if dev.type == "cuda" else model
     g = torch.Generator(device="cpu").manual_seed(0)
     data = torch.randint(0, 50257, (8, batch, seq + 1), generator=g).to(dev)
     losses, i = [], [0]
     def step():
         xy = data[i[0] % 8]; i[0] += 1
+        if dev.type == "cuda": torch.compiler.cudagraph_mark_step_begin()   # CUDA graphs: each step may reuse the last one's outputs
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
             loss = cmodel(xy[:, :-1], targets=xy[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step(); opt.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
+        losses.append(loss.detach().clone())      # a graph output (the Transformer's loss) is overwritten by the next replay
     from common import time_fn, sync
     t0 = time.perf_counter()
     for _ in range(1 if smoke else 3): step()
     sync(dev); warm = time.perf_counter() - t0
+    warm_peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else None   # CUDA graphs allocate their pool in the warm-up
     if dev.type == "cuda": torch.cuda.reset_peak_memory_stats()
     t = time_fn(step, dev, warmup=0, iters=2 if smoke else 10)
     tok_s = batch * seq / t["median_s"]
-    return {"name": name, "model": kind, "dispatch": dispatch, "seq": seq, "batch": batch, "pad_vocab_multiple": pad,
+    return {"name": name, "model": kind, "dispatch": dispatch, "seq": seq, "batch": batch, "pad_vocab_multiple": pad, "compile_mode": compile_mode,
             "fused_cross_entropy": fused, "params": n_params, "warmup_s": round(warm, 1),
             "step_ms": round(1000 * t["median_s"], 1), "tokens_per_s": round(tok_s),
             "mfu": round(6 * n_params * tok_s / PEAK, 4),
             "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if dev.type == "cuda" else None,
+            "peak_mem_with_warmup_gb": round(max(warm_peak, torch.cuda.max_memory_allocated()) / 1e9, 2) if dev.type == "cuda" else None,
+            "reserved_gb": round(torch.cuda.max_memory_reserved() / 1e9, 2) if dev.type == "cuda" else None,
             "loss_first_last": [round(losses[0].item(), 3), round(losses[-1].item(), 3)]}
 
 
@@ -150,11 +154,12 @@ def main():
     p.add_argument("--only", help="train configurations whose name contains this")
     p.add_argument("--idx", help="train configurations by index, e.g. 0,1,4")
     p.add_argument("--smoke", action="store_true"); p.add_argument("--out")
+    p.add_argument("--compile_mode", default="default", help="torch.compile mode of the training configurations")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
     sys.path.insert(0, HERE)
     if a.one is not None:
-        print("RESULT " + json.dumps(train_one(TRAIN[a.one], a.smoke))); return
+        print("RESULT " + json.dumps(train_one(TRAIN[a.one], a.smoke, a.compile_mode))); return
     from common import emit
     res, secs = {}, a.sections.split(",")
     if "train" in secs:
@@ -164,7 +169,7 @@ def main():
             if a.idx and str(i) not in a.idx.split(","): continue
             t0 = time.perf_counter()
             env = {**os.environ, **({"TRITON_INTERPRET": "1"} if a.smoke and not torch.cuda.is_available() else {})}
-            r = subprocess.run([sys.executable, __file__, "--one", str(i)] + (["--smoke"] if a.smoke else []),
+            r = subprocess.run([sys.executable, __file__, "--one", str(i), "--compile_mode", a.compile_mode] + (["--smoke"] if a.smoke else []),
                                capture_output=True, text=True, env=env)
             line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
             rec = json.loads(line[0][7:]) if line else {"name": spec[0], "error": (r.stderr or r.stdout)[-1500:]}

@@ -151,8 +151,7 @@ def _optim_state(self: Pretrainer) -> dict:
     "The AdamW state (rank 0); under FSDP2 the full, name-keyed state dict in `{'fsdp_full': ...}` (a collective)."
     if self._fsdp is not None:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, StateDictOptions
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return {"fsdp_full": get_optimizer_state_dict(self.model, self.optimizer, options=opts)}
+        return {"fsdp_full": get_optimizer_state_dict(self.model, self.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))}
     return self.optimizer.state_dict() if self.env.is_main else {}
 
 @patch
@@ -272,6 +271,7 @@ def rollback(self: Pretrainer):
 @patch
 def _loss(self: Pretrainer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     "Mean next-token cross-entropy of one micro-batch (fp32), computed by the model (chapter 03b's chunked head if `model.fused_cross_entropy`)."
+    if self.cfg.compile_model: torch.compiler.cudagraph_mark_step_begin()    # CUDA graphs (reduce-overhead): a call may reuse the last one's outputs
     return self.train_model(x, targets=y).float()
 
 @patch
@@ -363,7 +363,8 @@ def train(self: Pretrainer, until_step: int | None = None) -> dict:
                 tok_s = (self.tokens_seen - tok0) / busy if busy > 0 else 0.0
                 u = mfu(self.n_params, tok_s / env.world_size, self.peak)
                 self.logger.log("train", self.step, loss=m["loss"], lr=m["lr"], grad_norm=m["grad_norm"],
-                                tokens=self.tokens_seen, tok_s=round(tok_s, 1), mfu=u and round(u, 4))
+                                tokens=self.tokens_seen, tok_s=round(tok_s, 1), mfu=u and round(u, 4),
+                                mem_gb=round(torch.cuda.max_memory_reserved(self.device) / 1e9, 2) if self.is_cuda else None)
                 bar.set_postfix_str(f"loss {m['loss']:.3f} | {tok_s:,.0f} tok/s" + (f" | MFU {u:.1%}" if u else ""), refresh=False)
                 busy, tok0 = 0.0, self.tokens_seen
             bar.update(self.step - bar.n)      # (a rollback moves it back)
