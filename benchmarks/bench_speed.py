@@ -141,6 +141,7 @@ def profile(smoke):
     cat = {}
     for k, ms, _ in rows:
         c = ("gemm" if any(s in k.lower() for s in ("gemm", "cutlass", "sm90", "nvjet", "cublas")) else
+             "loss head triton" if k.startswith("ce_rows") else
              "ssd triton" if any(s in k for s in ("_kernel", "state_", "scan_", "rotate_", "phases_")) and "triton_" not in k else
              "inductor fused" if k.startswith("triton_") else "adamw" if "adam" in k.lower() else "other")
         cat[c] = round(cat.get(c, 0) + ms, 2)

@@ -271,7 +271,6 @@ def rollback(self: Pretrainer):
 @patch
 def _loss(self: Pretrainer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     "Mean next-token cross-entropy of one micro-batch (fp32), computed by the model (chapter 03b's chunked head if `model.fused_cross_entropy`)."
-    if self.cfg.compile_model: torch.compiler.cudagraph_mark_step_begin()    # CUDA graphs (reduce-overhead): a call may reuse the last one's outputs
     return self.train_model(x, targets=y).float()
 
 @patch
