@@ -48,7 +48,8 @@ SMOKE = textwrap.dedent("""
     assert not any((p / "nbs").exists() for p in [here, *here.parents][:2])
     mods = [m.name for m in pkgutil.walk_packages(mamba3_lite.__path__, "mamba3_lite.")
             if not m.name.rsplit(".", 1)[-1].startswith("_") and not m.name.startswith("mamba3_lite.ssd.triton")
-            and m.name != "mamba3_lite.mamba3.siso_triton"]                      # chapter 09f: the Mamba-3 scan's Triton path
+            and m.name not in ("mamba3_lite.mamba3.siso_triton",                  # chapter 09f: the Mamba-3 scan's Triton path
+                               "mamba3_lite.loss_triton")]                        # chapter 05f: the loss head's Triton kernel
     for name in mods:
         importlib.import_module(name)
     assert "triton" not in sys.modules, "importing the package (Triton kernels aside) must not import triton"
