@@ -221,8 +221,8 @@ def validate(self: TrainingConfig) -> TrainingConfig:
     need(self.max_grad_norm > 0, "max_grad_norm", "> 0 (inf disables clipping)")
     need(self.keep_last >= 2, "keep_last", ">= 2 (one complete checkpoint must survive a corrupt newest one)")
     if self.compile_mode in CUDA_GRAPH_MODES:
-        raise ConfigError(f"compile_mode: {self.compile_mode!r} replays CUDA graphs, which this trainer does not support: a replay "
-                          f"overwrote tensors a backward still read (H200); use one of {COMPILE_MODES}")
+        raise ConfigError(f"compile_mode: {self.compile_mode!r} replays CUDA graphs, which this trainer does not support yet (with gradient "
+                          f"accumulation a replay overwrites the last micro-batch's gradients, pytorch/pytorch#169545); use one of {COMPILE_MODES}")
     need(self.compile_mode in COMPILE_MODES, "compile_mode", f"one of {COMPILE_MODES}")
     need(self.parallel in PARALLEL_MODES, "parallel", "'ddp' or 'fsdp'")
     need(bool(self.data_path), "data_path", "a path or 'builtin'")
