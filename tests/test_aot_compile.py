@@ -3,14 +3,15 @@
 No GPU is needed: Triton compiles for a target it does not have. A worker process (one per target, both at once) runs
 the package's real entry points -- `ssd_real_packed_triton` forward and backward on an in_proj output, as the model's
 block calls it; `ssd_real_chunkwise_triton` on the slices `Mamba3Block.split_projection` makes, with 05d's one-kernel
-backward and with the two-kernel one (`TUNE["bwd"] = "split"`); `scan_backward`; and `per_chunk_ssd_triton`
--- on meta tensors, with every `@triton.jit` kernel replaced by a recorder and `device_capability` returning the
-target's. So each launch's arguments, constexprs, warps and stages are exactly what the launchers (and the config
-functions they call: 05d's `tune_for`, 05e's `per_chunk_backward_config`) choose on that GPU. The worker derives each
-kernel's signature and specialisation from those arguments with Triton's own binder, compiles it for the target with
-`triton.compile`, and reports `metadata.shared`. Shapes: the default 434M model and the tiny preset's, bf16 and fp32;
-training (no state), with an initial and a final state in the loss, a 37-token prefill, the scan's backward without
-the phase gradient; the per-chunk kernel with real and complex X.
+backward and with the two-kernel one (`TUNE["bwd"] = "split"`); `scan_backward`; `per_chunk_ssd_triton`; and chapter
+05f's `ce_chunk_inplace`, the loss head's softmax pass -- on meta tensors, with every `@triton.jit` kernel replaced by
+a recorder and `device_capability` returning the target's. So each launch's arguments, constexprs, warps and stages
+are exactly what the launchers (and the config functions they call: 05d's `tune_for`, 05e's
+`per_chunk_backward_config`) choose on that GPU. The worker derives each kernel's signature and specialisation from
+those arguments with Triton's own binder, compiles it for the target with `triton.compile`, and reports
+`metadata.shared`. Shapes: the default 434M model and the tiny preset's, bf16 and fp32; training (no state), with an
+initial and a final state in the loss, a 37-token prefill, the scan's backward without the phase gradient; the
+per-chunk kernel with real and complex X.
 
 Every configuration on the model's path (what `python -m mamba3_lite.pretrain` runs) is compiled fully, to a cubin.
 Off the model's path at the default model's shapes -- the per-chunk kernel, whose fp32 64x64 products compile to
@@ -51,8 +52,9 @@ def _worker(cap: int, full: bool):
     from mamba3_lite.model import Mamba3Block, ModelConfig
     from mamba3_lite.train.config import TINY_MODEL
     from mamba3_lite.ssd.triton import chunk_scan, chunk_state, per_chunk, phases, real_ssd
+    from mamba3_lite import loss_triton
     assert not phases.INTERPRET
-    mods = (phases, chunk_state, chunk_scan, real_ssd, per_chunk)
+    mods = (phases, chunk_state, chunk_scan, real_ssd, per_chunk, loss_triton)
     capability, target = (cap // 10, cap % 10), GPUTarget("cuda", cap, 32)
     backend = make_backend(target)
 
@@ -70,6 +72,7 @@ def _worker(cap: int, full: bool):
     for m in (real_ssd, per_chunk):
         m.require_triton = lambda *t: None                    # meta tensors: shapes and strides, no data
         m.device_capability = lambda t: capability
+    loss_triton.require_triton = lambda *t: None
 
     def direct(forward, setup_context, backward):
         "A custom op's own autograd wiring (05d's setup_context and backward), minus the dispatcher: on meta tensors an op would run its fake, not its kernels."
@@ -120,6 +123,12 @@ def _worker(cap: int, full: bool):
         y, s = per_chunk.per_chunk_ssd_triton(*ins)
         torch.autograd.grad(torch.view_as_real(y).sum() + torch.view_as_real(s).sum(), ins)
 
+    def loss_head(cfg, dtype, rows=4096):
+        "Chapter 05f's softmax pass as chapter 03b's loss head launches it on one block of logits (the h200 preset's padding)."
+        Vp = -(-cfg.vocab_size // 64) * 64
+        logits = torch.empty(rows, Vp, dtype=dtype, device="meta")
+        loss_triton.ce_chunk_inplace(logits, torch.empty(rows, dtype=torch.long, device="meta"), cfg.vocab_size)
+
     models = {"default": ModelConfig(), "tiny": ModelConfig(**TINY_MODEL)}
     for mname, cfg in models.items():
         for dtype in (torch.bfloat16, torch.float32):
@@ -137,6 +146,8 @@ def _worker(cap: int, full: bool):
             real_ssd.TUNE["bwd"] = "chunk"
             scenario[0] = (f"{mname} {d} scan_backward(want_dtheta=False)", False)
             scan_no_dtheta(cfg, dtype)
+            scenario[0] = (f"{mname} {d} loss head", True)
+            loss_head(cfg, dtype)
         for xc in (False, True):
             scenario[0] = (f"{mname} per_chunk {'complex' if xc else 'real'} X", False)
             per_chunk_ssd(cfg, xc)
