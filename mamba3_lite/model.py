@@ -183,18 +183,33 @@ def folds_mixer(self: Mamba3Block, rows: int) -> bool:
     return isinstance(self.mimo, MIMO) and rows > self.cfg.d_model
 
 @patch
+def folds_norms(self: Mamba3Block, rows: int) -> bool:
+    "Whether the RMSNorm gains go into the next GEMMs' weights (`normed_linears`) for `rows` tokens: more rows than d_model."
+    return rows > self.cfg.d_model
+
+@patch
+def normed_linears(self: Mamba3Block, norm: nn.RMSNorm, u, *linears) -> list:
+    "`[linear(norm(u)) for linear in linears]`; where `folds_norms`, `F.linear(rms(u), W * g)` (the gain $g$ scales each W's columns)."
+    if not self.folds_norms(u.numel() // u.shape[-1]): h = norm(u); return [linear(h) for linear in linears]
+    h = F.rms_norm(u, norm.normalized_shape, eps=norm.eps)                 # gain-free
+    return [F.linear(h, linear.weight * norm.weight) for linear in linears]
+
+@patch
 def residual_updates(self: Mamba3Block, u, y):
     "Residual updates after the SSD: head mixer and out_proj (one GEMM with weight $W_{out} W_{mix}$ where `folds_mixer`), then the SwiGLU half."
-    if self.folds_mixer(y.numel() // (y.shape[-1] * y.shape[-2])):
+    rows, ffn = y.numel() // (y.shape[-1] * y.shape[-2]), self.ffn
+    if self.folds_mixer(rows):
         u = u + F.linear(y.flatten(-2), self.out_proj.weight @ self.mimo.mix.weight)   # autograd: both weights' gradients
     else:
         u = u + self.out_proj(self.mimo(y).flatten(-2))                 # (..., d_model)
-    return u + self.ffn(self.norm2(u))
+    if not self.folds_norms(rows): return u + ffn(self.norm2(u))
+    h1, h3 = self.normed_linears(self.norm2, u, ffn.w1, ffn.w3)        # the gain folded into both
+    return u + ffn.w2(F.silu(h1) * h3)
 
 @patch
 def forward(self: Mamba3Block, u, state=None, return_state: bool = False):
     "u (B, T, d_model); state complex (B, H, N, D) or None. Returns u (and the final state if asked)."
-    c, proj = self.cfg, self.in_proj(self.norm1(u))                     # (B, T, H(D+4N+1))
+    (proj,), c = self.normed_linears(self.norm1, u, self.in_proj), self.cfg      # (B, T, H(D+4N+1))
     A_re, A_im = self.A_parts()
     if self.ssd_packed is not None:          # the kernels read the projection's slices themselves (chapter 05d)
         out = self.ssd_packed(proj, A_re, A_im, c.n_heads, c.head_dim, c.state_dim, c.chunk_size,
@@ -207,6 +222,7 @@ def forward(self: Mamba3Block, u, state=None, return_state: bool = False):
     u = self.residual_updates(u, y)
     return (u, state) if return_state else u
 
+# %% ../nbs/04_model.ipynb #328056e2
 @patch
 def init_state(self: Mamba3Block, batch_size: int, device=None):
     "Zero state (B, H, N, D) complex64."

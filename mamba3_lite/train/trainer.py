@@ -23,8 +23,8 @@ from ..data.tokenizer import decode_stream, get_tokenizer, write_tokenizer_recor
 from ..data.shards import ShardError
 from ..data.corpus import builtin_corpus, check_data_tokenizer
 from ..data.loader import PretrainDataset, batches
-from .config import TrainingConfig, ConfigError, check_ssd_device, set_cpu_threads
-from .optim import build_optimizer, clip_grad_norm, lr_at, set_lr, scheduler_state
+from .config import CUDA_GRAPH_MODES, TrainingConfig, ConfigError, check_cuda_graphs, check_ssd_device, set_cpu_threads
+from .optim import build_optimizer, clip_grad_norm, keep_grads, lr_at, set_lr, scheduler_state
 from .checkpoint import (CheckpointManager, CheckpointError, NanGuard, claim_run_dir, first_nonfinite,
                                           optimizer_state_for, resume_changes, resume_refusal, rng_state, set_rng_state, seed_everything)
 from .distributed import DistEnv, init_distributed, agree_any, all_mean, all_gather_object
@@ -57,9 +57,8 @@ class Pretrainer:
         self.echo = echo or (lambda msg: tqdm.write(str(msg), file=sys.stdout))
         if not main: self.echo = lambda msg: None
         self.is_cuda = self.device.type == "cuda"
-        check_ssd_device(cfg.model.ssd_dispatch, self.device)         # before any file is written
-        if self.is_cuda:
-            torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True
+        check_ssd_device(cfg.model.ssd_dispatch, self.device); check_cuda_graphs(cfg.compile_mode, self.env.world_size)   # before any file
+        if self.is_cuda: torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if self.is_cuda else nullcontext
         seed_everything(cfg.seed)
         # data: rank r reads its block of every global batch
@@ -119,13 +118,14 @@ def _wrap(self: Pretrainer, model: nn.Module) -> nn.Module:
     cfg, env = self.cfg, self.env
     if env.distributed and cfg.parallel == "fsdp":
         from torch.distributed.fsdp import fully_shard
-        for layer in model.layers: fully_shard(layer)
-        fully_shard(model)
+        for module in (*model.layers, model): fully_shard(module)      # the blocks, then the root
         self._fsdp = model
     elif env.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = self._ddp = DDP(model, device_ids=[self.device.index] if self.is_cuda else None, gradient_as_bucket_view=True)
     if cfg.compile_model: model = torch.compile(model, mode=cfg.compile_mode)
+    self.graphs = cfg.compile_model and cfg.compile_mode in CUDA_GRAPH_MODES
+    if self.graphs: keep_grads(self.model.parameters())            # a replay must not own .grad (07b)
     return model
 
 @patch
@@ -271,6 +271,7 @@ def rollback(self: Pretrainer):
 @patch
 def _loss(self: Pretrainer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     "Mean next-token cross-entropy of one micro-batch (fp32), computed by the model (chapter 03b's chunked head if `model.fused_cross_entropy`)."
+    if self.graphs: torch.compiler.cudagraph_mark_step_begin()        # a new replay may reuse the last call's outputs' memory
     return self.train_model(x, targets=y).float()
 
 @patch
@@ -292,7 +293,7 @@ def train_step(self: Pretrainer) -> dict:
     lr = lr_at(self.step, cfg)
     if verdict == "ok":
         set_lr(self.optimizer, lr); self.optimizer.step()
-    self.optimizer.zero_grad(set_to_none=True)
+    self.optimizer.zero_grad(set_to_none=not self.graphs)                    # CUDA graphs: kept (07b)
     self.step += 1; self.tokens_seen += self.tokens_per_step
     out = {"loss": loss.item(), "grad_norm": gnorm.item(), "lr": lr, "verdict": verdict}
     self.last_loss = out["loss"]                      # a checkpoint is written only after a finite one
