@@ -51,14 +51,16 @@ def main():
     p.add_argument("--preset", default="h200")
     p.add_argument("--out")
     a, extra = p.parse_known_args()                  # anything else goes to the CLI as it is
-    results = []
+    import torch
+    device, results = "cuda" if torch.cuda.is_available() else None, []
     with tempfile.TemporaryDirectory() as tmp:
-        for spec in a.runs:
+        for i, spec in enumerate(a.runs):
             seq, batch = (int(v) for v in spec.lower().split("x"))
             results.append(run_cli(seq, batch, a.steps, a.log_every, a.preset, extra, Path(tmp)))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-    import torch
-    emit(results, device="cuda" if torch.cuda.is_available() else None, out=a.out, benchmark="cli_training_speed")
+            if a.out and i + 1 < len(a.runs):      # a run cut off later still leaves the finished ones in --out
+                emit(results, device=device, out=a.out, echo=False, benchmark="cli_training_speed", runs_done=f"{i + 1} of {len(a.runs)}")
+    emit(results, device=device, out=a.out, benchmark="cli_training_speed")
 
 
 if __name__ == "__main__":

@@ -96,13 +96,13 @@ def peak_memory_gib(device) -> float | None:
     return round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None
 
 
-def emit(results, device=None, out: str | None = None, **extra) -> dict:
-    "Wrap `results` with machine, command and date, print it as JSON, and write it to `out` if given."
+def emit(results, device=None, out: str | None = None, echo: bool = True, **extra) -> dict:
+    "Wrap `results` with machine, command and date, print it as JSON (unless `echo` is False), and write it to `out` if given."
     record = {"command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "machine": machine(torch.device(device) if device is not None else None), **extra, "results": results}
     text = json.dumps(record, indent=1)
-    print(text)
+    if echo: print(text)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text + "\n")
