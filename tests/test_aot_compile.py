@@ -3,8 +3,9 @@
 No GPU is needed: Triton compiles for a target it does not have. A worker process (one per target, both at once) runs
 the package's real entry points -- `ssd_real_packed_triton` forward and backward on an in_proj output, as the model's
 block calls it; `ssd_real_chunkwise_triton` on the slices `Mamba3Block.split_projection` makes, with 05d's one-kernel
-backward and with the two-kernel one (`TUNE["bwd"] = "split"`); `scan_backward`; `per_chunk_ssd_triton`; and chapter
-05f's `ce_chunk_inplace`, the loss head's softmax pass -- on meta tensors, with every `@triton.jit` kernel replaced by
+backward and with the two-kernel one (`TUNE["bwd"] = "split"`); `scan_backward`; chapter 09f's scan ops in bf16 (the
+paper's Mamba-3 SISO layer on these kernels, its backward 05c's one kernel without the rotation); `per_chunk_ssd_triton`; and
+chapter 05f's `ce_chunk_inplace`, the loss head's softmax pass -- on meta tensors, with every `@triton.jit` kernel replaced by
 a recorder and `device_capability` returning the target's. So each launch's arguments, constexprs, warps and stages
 are exactly what the launchers (and the config functions they call: 05d's `tune_for`, 05e's
 `per_chunk_backward_config`) choose on that GPU. The worker derives each kernel's signature and specialisation from
@@ -53,6 +54,7 @@ def _worker(cap: int, full: bool):
     from mamba3_lite.train.config import TINY_MODEL
     from mamba3_lite.ssd.triton import chunk_scan, chunk_state, per_chunk, phases, real_ssd
     from mamba3_lite import loss_triton
+    from mamba3_lite.mamba3 import siso_triton
     assert not phases.INTERPRET
     mods = (phases, chunk_state, chunk_scan, real_ssd, per_chunk, loss_triton)
     capability, target = (cap // 10, cap % 10), GPUTarget("cuda", cap, 32)
@@ -69,7 +71,7 @@ def _worker(cap: int, full: bool):
     for name, (m, v) in jit.items():
         if name not in called:
             setattr(m, name, Recorder(v))                     # a launch records its arguments instead of running
-    for m in (real_ssd, per_chunk):
+    for m in (real_ssd, per_chunk, siso_triton):
         m.require_triton = lambda *t: None                    # meta tensors: shapes and strides, no data
         m.device_capability = lambda t: capability
     loss_triton.require_triton = lambda *t: None
@@ -115,6 +117,15 @@ def _worker(cap: int, full: bool):
         alpha = torch.empty(B, -(-T // Q) * Q, H, device="meta")
         real_ssd.scan_backward(q, k, x, alpha, None, Q, torch.empty_like(x), None, want_dtheta=False)
 
+    def siso_scan(cfg, dtype, B=2):
+        "The paper's Mamba-3 SISO scan, chapter 09f's two ops (forward, then backward) at the block's shapes: M = 2 state_dim."
+        T, H, M, D, Q = cfg.max_seq_len, cfg.n_heads, 2 * cfg.state_dim, cfg.head_dim, cfg.chunk_size
+        q, k = (torch.empty(B, T, H, M, dtype=dtype, device="meta") for _ in range(2))
+        x = torch.empty(B, T, H, D, dtype=dtype, device="meta")
+        alpha = torch.empty(B, -(-T // Q) * Q, H, device="meta")
+        siso_triton.scan_kernels_forward(q, k, x, alpha, None, Q)
+        siso_triton.scan_kernels_backward(torch.empty_like(x), None, q, k, x, alpha, None, Q)
+
     def per_chunk_ssd(cfg, x_complex, B=2):
         nc, Q, H, N, P = cfg.max_seq_len // cfg.chunk_size, cfg.chunk_size, cfg.n_heads, cfg.state_dim, cfg.head_dim
         mk = lambda *s, dt=torch.complex64: torch.empty(*s, dtype=dt, device="meta", requires_grad=True)
@@ -148,6 +159,9 @@ def _worker(cap: int, full: bool):
             scan_no_dtheta(cfg, dtype)
             scenario[0] = (f"{mname} {d} loss head", True)
             loss_head(cfg, dtype)
+            if dtype == torch.bfloat16:        # ModelConfig(mixer="mamba3", ssd_dispatch="triton") under bf16 autocast
+                scenario[0] = (f"{mname} {d} mamba3 siso scan", True)
+                siso_scan(cfg, dtype)
         for xc in (False, True):
             scenario[0] = (f"{mname} per_chunk {'complex' if xc else 'real'} X", False)
             per_chunk_ssd(cfg, xc)

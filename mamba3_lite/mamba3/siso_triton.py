@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from ..ssd.triton.phases import INTERPRET, check_block_dims, device_capability, require_triton
-from ..ssd.triton.real_ssd import scan_backward, scan_forward, tune_for
+from ..ssd.triton.chunk_scan import scan_backward_chunk, scan_dx
+from ..ssd.triton.chunk_state import states_backward, states_forward
+from ..ssd.triton.real_ssd import one_kernel_backward, scan_backward, scan_forward, tune_for
 from .siso import check_siso_args, compute_dtype, mamba3_siso_zero_state, skip_and_gate, trapezoid_terms
 
 # %% ../../nbs/09f_mamba3_triton.ipynb #a2601683
@@ -34,8 +36,25 @@ def _(q, k, x, alpha, S0, Q):
 def scan_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Tensor], q: torch.Tensor, k: torch.Tensor,
                           x: torch.Tensor, alpha: torch.Tensor, S0: Optional[torch.Tensor], Q: int
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    "The scan's backward kernels (the op `ssd_scan_bwd`): dq, dk, dx, dalpha and dS0 (a (1,1,1) zero without S0)."
-    dq, dk, dx, dalpha, dS0, _ = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, tune=tune_for(device_capability(q)))
+    """The scan's backward kernels (the op `ssd_scan_bwd`): dq, dk, dx, dalpha and dS0 (a (1,1,1) zero without S0).
+    The entering states recomputed and the reverse state pass, then, where `one_kernel_backward` allows (M even, a
+    chunk in one block), 05c's `scan_backward_chunk` without a rotation (q and k come rotated): dq, dk and dx in one
+    launch per chunk; else 05d's two-kernel `scan_backward`."""
+    tune = tune_for(device_capability(q))
+    if not one_kernel_backward(tune, Q, q.shape[-1]):
+        dq, dk, dx, dalpha, dS0, _ = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, tune=tune)
+    else:
+        blocks = dict(BM=tune["BM_state"], BD=tune["BD_state"], num_warps=tune["warps_state"], num_stages=tune["stages_state"])
+        dy = torch.zeros_like(x) if dy is None else dy.to(x.dtype)     # None: only the final state reached the loss
+        dy = dy if dy.stride(-1) == 1 else dy.contiguous()              # the kernels read rows with a unit stride
+        states, _ = states_forward(k, x, alpha, S0, Q, **blocks)
+        dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **blocks)
+        (dq, dk), dx, dalpha, _ = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, with_dx=tune["chunk_dx"],
+                                                      num_warps=tune["warps_chunk"], num_stages=tune["stages_chunk"])
+        if dx is None:                                   # TUNE["chunk_dx"] off: 05c's separate dx kernel
+            dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
+                         num_stages=tune["stages"])
+        dS0 = dS0 if S0 is not None else None
     return dq, dk, dx, dalpha, (alpha.new_zeros(1, 1, 1) if dS0 is None else dS0)   # an op returns tensors, never None
 
 ssd_scan_bwd = torch.library.custom_op("mamba3_lite::ssd_scan_bwd", scan_kernels_backward, mutates_args=())
