@@ -79,14 +79,14 @@ def rel_diff(a, b) -> float:
 def scan_backward_inputs(Bsz, T, H, M, D, Q, seed=0):
     """Random bf16 q, k (B,T,H,M), x, dy (B,T,H,D) on the GPU, chunk-local decays alpha (B,T,H), and the forward and
     reverse state passes' results (05b, at TUNE's blocks): what the scan's backward kernels read after the state pass."""
-    from mamba3_lite.ssd.triton.real_ssd import TUNE, _state_blocks
+    from mamba3_lite.ssd.triton.real_ssd import TUNE, state_blocks
     from mamba3_lite.ssd.triton.chunk_state import states_forward, states_backward
     g = torch.Generator(device="cuda").manual_seed(seed)
     r = lambda *s: torch.randn(*s, device="cuda", generator=g).bfloat16()
     q, k, x, dy = r(Bsz, T, H, M), r(Bsz, T, H, M), r(Bsz, T, H, D), r(Bsz, T, H, D)
     alpha = -torch.rand(Bsz, T // Q, Q, H, device="cuda", generator=g).cumsum(2).view(Bsz, T, H) * 0.05
-    states, _ = states_forward(k, x, alpha, None, Q, **_state_blocks(TUNE))
-    dstates, _ = states_backward(q, dy, alpha, None, Q, states.dtype, **_state_blocks(TUNE))
+    states, _ = states_forward(k, x, alpha, None, Q, **state_blocks(TUNE))
+    dstates, _ = states_backward(q, dy, alpha, None, Q, states.dtype, **state_blocks(TUNE))
     return q, k, x, dy, alpha, states, dstates, g
 
 

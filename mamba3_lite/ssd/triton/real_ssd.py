@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['TUNE', 'TUNE_BY_CAPABILITY', 'ssd_real_fwd', 'ssd_real_bwd', 'ssd_real_packed_fwd', 'ssd_real_packed_bwd', 'tune_for',
-           'scan_forward', 'scan_backward', 'one_kernel_backward', 'scan_backward_rotated', 'operand_dtype',
-           'ssd_kernels_forward', 'ssd_kernels_backward', 'ssd_real_chunkwise_triton', 'packed_parts',
+           'state_blocks', 'cotangent', 'scan_forward', 'scan_backward', 'one_kernel_backward', 'scan_backward_rotated',
+           'operand_dtype', 'ssd_kernels_forward', 'ssd_kernels_backward', 'ssd_real_chunkwise_triton', 'packed_parts',
            'ssd_packed_kernels_forward', 'ssd_packed_kernels_backward', 'ssd_real_packed_triton']
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #97dc588a
@@ -31,13 +31,14 @@ def tune_for(capability=None) -> dict:
     with the device's capability, tests/test_aot_compile.py with each target it compiles for."""
     return {**TUNE, **TUNE_BY_CAPABILITY.get(capability, {})}
 
-def _state_blocks(tune):
+def state_blocks(tune):
+    "05b's state-pass launch parameters (tiles, warps, stages) from a `tune_for` dict."
     return dict(BM=tune["BM_state"], BD=tune["BD_state"], num_warps=tune["warps_state"], num_stages=tune["stages_state"])
 
 def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
-def _cotangent(dy, x):
+def cotangent(dy, x):
     "dy in x's dtype with a unit last stride; zeros where autograd passes None (only the final state was used)."
     return torch.zeros_like(x) if dy is None else _unit_last(dy.to(x.dtype))
 
@@ -47,7 +48,7 @@ def scan_forward(q, k, x, alpha, S0, Q, tune=None):
     fp64 for gradcheck); S0 (B,H,M,D) contiguous in that dtype, or None; `tune` defaults to `tune_for` q's device.
     Returns y (B,T,H,D) in x's dtype and the final state (B,H,M,D)."""
     tune = tune or tune_for(device_capability(q))
-    states, S_fin = states_forward(k, x, alpha, S0, Q, **_state_blocks(tune))
+    states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
     y = scan_y(q, k, x, alpha, states, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_scan"],
                num_stages=tune["stages"])
     return y, S_fin
@@ -57,10 +58,10 @@ def scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False, tune=Non
     (recomputed unless given), the reverse state pass, dx, then dq, dk and the decay (and, with `want_dtheta`, phase)
     gradients. Returns dq, dk (q's dtype), dx (x's dtype), dalpha (B, NC*Q, H), dS0 (None without S0), dtheta or None."""
     tune = tune or tune_for(device_capability(q))
-    dy = _cotangent(dy, x)
+    dy = cotangent(dy, x)
     if states is None:
-        states, _ = states_forward(k, x, alpha, S0, Q, **_state_blocks(tune))
-    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **_state_blocks(tune))
+        states, _ = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
+    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune))
     dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
                  num_stages=tune["stages"])
     dq, dk, dalpha, dtheta = scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, want_dtheta, BC=tune["BC_dqdk"],
@@ -81,8 +82,8 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
     if not one_kernel_backward(tune, Q, q.shape[-1]):
         dq, dk, dx, dalpha, dS0, dtheta = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, True, tune, states)
         return (*rotate_backward(cos, sin, dq, dk, [bc_dtype] * 4, block_rows=tune["BR_rot"]), dx, dalpha, dS0, dtheta)
-    dy = _cotangent(dy, x)
-    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **_state_blocks(tune))
+    dy = cotangent(dy, x)
+    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune))
     bc, dx, dalpha, dtheta = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, bc_dtype,
                                                  with_dx=tune["chunk_dx"], num_warps=tune["warps_chunk"],
                                                  num_stages=tune["stages_chunk"], out=out)
@@ -102,7 +103,7 @@ def _forward_kernels(x, B_re, B_im, C_re, C_im, dt, A_re, A_im, S0, Q):
     tune = tune_for(device_capability(x))
     alpha, cos, sin, th_end = phases_forward(dt, A_re.float().contiguous(), A_im.float().contiguous(), Q)
     q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, x.dtype, block_rows=tune["BR_rot"])
-    states, S_fin = states_forward(k, x, alpha, S0, Q, **_state_blocks(tune))
+    states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
     y = scan_y(q, k, x, alpha, states, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_scan"],
                num_stages=tune["stages"])
     return y, S_fin, th_end, q, k, alpha, cos, sin, states
