@@ -167,3 +167,25 @@ def test_9_cuda_graphs_with_gradient_accumulation(monkeypatch):
           f"{[round(v, 4) for v in lb]} (max diff {dl:.2e}); val {va:.4f} / {vb:.4f}")
     assert rel < 1e-2, rel
     assert len(la) == len(lb) == 8 and dl < 5e-2 and abs(va - vb) < 5e-2
+
+
+def test_10_nonfinite_step_skipped_on_the_gpu():
+    """The update is queued before the host reads the verdict (chapter 07b's `queue_update`): a step whose loss is NaN changes no
+    weight and no AdamW step count, the fused optimizer skipping it on the GPU; the next finite step is applied."""
+    from mamba3_lite.train.trainer import Pretrainer
+    from mamba3_lite.train.optim import skips_on_device
+    t = Pretrainer(_small_cfg(tempfile.mkdtemp(), max_steps=8, eval_every=0, sample_tokens=0), echo=lambda m: None, progress=False)
+    assert skips_on_device(t.optimizer)
+    t.train_step()
+    before, steps = [p.detach().clone() for p in t.params], [s["step"].item() for s in t.optimizer.state.values()]
+    loss_of = t._loss
+    t._loss = lambda x, y: loss_of(x, y) * float("nan")
+    m = t.train_step()
+    assert m["verdict"] == "skip" and math.isnan(m["loss"])
+    assert all(torch.equal(p, b) for p, b in zip(t.params, before)), "a skipped step changed a weight"
+    assert [s["step"].item() for s in t.optimizer.state.values()] == steps == [1.0] * len(steps)
+    t._loss = loss_of
+    assert t.train_step()["verdict"] == "ok"
+    assert not all(torch.equal(p, b) for p, b in zip(t.params, before))
+    assert [s["step"].item() for s in t.optimizer.state.values()] == [2.0] * len(steps)
+    t.close()

@@ -12,6 +12,7 @@ from mamba3_lite.data.shards import write_shard
 from mamba3_lite.model import ModelConfig
 from mamba3_lite.train.config import TrainingConfig
 from mamba3_lite.train.metrics import read_metrics
+from mamba3_lite.train.optim import build_optimizer, skips_on_device
 from mamba3_lite.train.export import from_pretrained
 from mamba3_lite.train.trainer import Pretrainer, ResumeError
 
@@ -72,10 +73,13 @@ def test_resume_is_bit_identical(tmp_path):
 
 
 class NanAt(Pretrainer):
-    "Returns a NaN loss on the given micro-batch calls (counted across the run, so a rollback does not replay them)."
-    def __init__(self, cfg, bad_calls, mode="loss"):
+    """Returns a NaN loss on the given micro-batch calls (counted across the run, so a rollback does not replay them).
+    `fused`: a fused AdamW (a CPU has its kernels too), so the update is queued before the verdict and skipped by the
+    optimizer itself, as on a GPU (chapter 07b's `queue_update`)."""
+    def __init__(self, cfg, bad_calls, mode="loss", fused=False):
         self.bad_calls, self.calls, self.mode = set(bad_calls), 0, mode
         super().__init__(cfg)
+        if fused: self.optimizer = build_optimizer(self.model, self.cfg, fused=True)
 
     def _loss(self, x, y):
         loss = super()._loss(x, y)
@@ -94,10 +98,12 @@ class _InfGrad(torch.autograd.Function):
     def backward(ctx, g): return g * float("inf")
 
 
-def test_nan_guard_rolls_back_after_5_and_finishes(tmp_path):
+@pytest.mark.parametrize("fused", [False, True], ids=["host_decides", "skipped_by_fused_adamw"])
+def test_nan_guard_rolls_back_after_5_and_finishes(tmp_path, fused):
     # accumulation 2: optimizer steps 9..13 (1-based) see a NaN loss in their first micro-batch
     bad = {2 * (s - 1) + 1 for s in range(9, 14)}
-    t = NanAt(tiny_cfg(tmp_path, max_steps=16), bad)
+    t = NanAt(tiny_cfg(tmp_path, max_steps=16), bad, fused=fused)
+    assert skips_on_device(t.optimizer) == fused
     out = t.train()
     ev = [r for r in read_metrics(tmp_path / "ck" / "metrics.jsonl") if r["kind"] == "event"]
     # step 12's checkpoint is not written: its loss is NaN (issue 9: nothing is saved after a non-finite step)
@@ -109,13 +115,15 @@ def test_nan_guard_rolls_back_after_5_and_finishes(tmp_path):
     assert Path(out["final"], "model.safetensors").exists()
 
 
-def test_nan_grad_norm_is_skipped(tmp_path):
-    t = NanAt(tiny_cfg(tmp_path, max_steps=6, eval_every=0), {5}, mode="grad")   # step 3's first micro-batch
-    before = None
+@pytest.mark.parametrize("fused", [False, True], ids=["host_decides", "skipped_by_fused_adamw"])
+def test_nan_grad_norm_is_skipped(tmp_path, fused):
+    t = NanAt(tiny_cfg(tmp_path, max_steps=6, eval_every=0), {5}, mode="grad", fused=fused)   # step 3's first micro-batch
     out = t.train(until_step=2); before = params(t.model)
+    steps = [s["step"].item() for s in t.optimizer.state.values()]
     m = t.train_step()
     assert m["verdict"] == "skip" and m["loss"] == m["loss"] and not torch.isfinite(torch.tensor(m["grad_norm"]))
     assert_bit_identical(params(t.model), before)     # nothing applied
+    assert [s["step"].item() for s in t.optimizer.state.values()] == steps == [2] * len(steps)   # nor counted
     assert t.train()["step"] == 6 and t.guard.skipped == 1
 
 

@@ -24,7 +24,7 @@ from ..data.shards import ShardError
 from ..data.corpus import builtin_corpus, check_data_tokenizer
 from ..data.loader import PretrainDataset, batches
 from .config import CUDA_GRAPH_MODES, TrainingConfig, ConfigError, check_cuda_graphs, check_ssd_device, set_cpu_threads
-from .optim import build_optimizer, clip_grad_norm, keep_grads, lr_at, set_lr, scheduler_state
+from .optim import build_optimizer, clip_grad_norm, keep_grads, lr_at, scheduler_state, HostCopy, nonfinite, queue_update, skips_on_device
 from .checkpoint import (CheckpointManager, CheckpointError, NanGuard, claim_run_dir, first_nonfinite,
                                           optimizer_state_for, resume_changes, resume_refusal, rng_state, set_rng_state, seed_everything)
 from .distributed import DistEnv, init_distributed, agree_any, all_mean, all_gather_object
@@ -93,8 +93,7 @@ class Pretrainer:
         self.train_model = self._wrap(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.model, cfg, fused=self.is_cuda)      # one AdamW over every parameter
-        # bookkeeping
-        self.step, self.tokens_seen, self.last_loss, self.last_val = 0, 0, None, None
+        self.step, self.tokens_seen, self.last_loss, self.last_val = 0, 0, None, None       # bookkeeping
         self.tokens_per_step = cfg.tokens_per_step * self.env.world_size          # global
         self.guard = NanGuard(cfg.nan_guard_max_consecutive, enabled=cfg.nan_guard)
         self.ckpt = CheckpointManager(cfg.checkpoint_dir, cfg.keep_last, is_writer=main, log=self.echo)
@@ -102,8 +101,7 @@ class Pretrainer:
         resumed_from = self._resume() if cfg.resume else None
         self.logger = TrainingLogger(cfg.checkpoint_dir, enabled=main, tensorboard=cfg.tensorboard,
                                      resume_step=self.step if resumed_from else None, echo=self.echo)
-        if main:
-            write_atomic(Path(cfg.checkpoint_dir) / "config.json", json.dumps(cfg.to_dict(), indent=1))   # never half a file
+        if main: write_atomic(Path(cfg.checkpoint_dir) / "config.json", json.dumps(cfg.to_dict(), indent=1))   # never half a file
         if resumed_from:
             self.logger.event(self.step, "resume", f"resumed from {resumed_from} (step {self.step}, {self.tokens_seen:,} tokens seen)")
 
@@ -276,7 +274,7 @@ def _loss(self: Pretrainer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 @patch
 def train_step(self: Pretrainer) -> dict:
-    "One optimizer step: accumulate, sync, clip, guard, update. Returns its metrics."
+    "One optimizer step: accumulate, clip, guard, update (queued before the guard's host sync where the GPU can skip it, 07b). Returns its metrics."
     cfg, n_micro = self.cfg, self.cfg.gradient_accumulation_steps
     self.train_model.train()
     loss_sum = torch.zeros((), device=self.device)
@@ -287,15 +285,17 @@ def train_step(self: Pretrainer) -> dict:
         (loss / n_micro).backward()
         loss_sum += loss.detach().float()
     gnorm = clip_grad_norm(self.params, cfg.max_grad_norm)
-    loss = all_mean(loss_sum / n_micro, self.env)
-    bad = agree_any(not (torch.isfinite(loss).item() and torch.isfinite(gnorm).item()), self.env)
-    verdict = self.guard.update(not bad)
-    lr = lr_at(self.step, cfg)
-    if verdict == "ok":
-        set_lr(self.optimizer, lr); self.optimizer.step()
-    self.optimizer.zero_grad(set_to_none=not self.graphs)                    # CUDA graphs: kept (07b)
+    flags = torch.stack([all_mean(loss_sum / n_micro, self.env), gnorm.float().to(self.device)])    # loss, grad norm
+    host, lr, early = HostCopy(flags), lr_at(self.step, cfg), self.guard.enabled and skips_on_device(self.optimizer)
+    if early:                  # skipped on the GPU if not finite (guard off: applied); the host clears the grads meanwhile
+        queue_update(self.optimizer, lr, skip=nonfinite(flags)); self.optimizer.zero_grad(set_to_none=not self.graphs)
+    loss_v, gnorm_v = host.values()                                     # the step's host sync
+    verdict = self.guard.update(not agree_any(not (math.isfinite(loss_v) and math.isfinite(gnorm_v)), self.env))
+    if not early:
+        if verdict == "ok": queue_update(self.optimizer, lr)
+        self.optimizer.zero_grad(set_to_none=not self.graphs)                # CUDA graphs: kept (07b)
     self.step += 1; self.tokens_seen += self.tokens_per_step
-    out = {"loss": loss.item(), "grad_norm": gnorm.item(), "lr": lr, "verdict": verdict}
+    out = {"loss": loss_v, "grad_norm": gnorm_v, "lr": lr, "verdict": verdict}
     self.last_loss = out["loss"]                      # a checkpoint is written only after a finite one
     if verdict == "skip":
         self.logger.event(self.step, "nan_skip", f"non-finite loss {out['loss']} or grad norm {out['grad_norm']}: update skipped "

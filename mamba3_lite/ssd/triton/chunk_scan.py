@@ -171,9 +171,10 @@ if HAS_TRITON:
             tl.store(dth_ptr + part, dth, mask=offs_r < Q)
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #1c6ce6ca
-def scan_y(q, k, x, alpha, states, Q, BC=64, BD=64, num_warps=4, num_stages=2):
+def scan_y(q, k, x, alpha, states, Q, BC=64, BD=64, num_warps=4, num_stages=2, maxnreg=None):
     """Each chunk's output from its entering state (05b's `states_forward`) and its own tokens: q, k (B,T,H,M) and x
-    (B,T,H,D) in one dtype, alpha (B, NC*Q, H), states (B, NC, H, M, D). Returns y (B,T,H,D) in x's dtype."""
+    (B,T,H,D) in one dtype, alpha (B, NC*Q, H), states (B, NC, H, M, D). Returns y (B,T,H,D) in x's dtype.
+    `maxnreg`: a cap on registers per thread for ptxas (None: its own choice), so more programs fit on an SM."""
     Bsz, T, H, M = q.shape
     D, NC = x.shape[-1], alpha.shape[1] // Q
     BC, BD = min(BC, block_size(Q)), min(BD, block_size(D))
@@ -181,7 +182,8 @@ def scan_y(q, k, x, alpha, states, Q, BC=64, BD=64, num_warps=4, num_stages=2):
     grid = (triton.cdiv(Q, BC) * triton.cdiv(D, BD), Bsz * NC * H)
     scan_fwd_kernel[grid](q, k, x, alpha, states, y, *strides3(q), *strides3(k), *strides3(x), *strides3(y),
                           T, H, M, D, Q, NC, F64=alpha.dtype == torch.float64, PREC=dot_precision(q.dtype),
-                          BC=BC, BM=block_size(M), BD=BD, num_warps=num_warps, num_stages=num_stages)
+                          BC=BC, BM=block_size(M), BD=BD, num_warps=num_warps, num_stages=num_stages,
+                          **({"maxnreg": maxnreg} if maxnreg else {}))
     return y
 
 def scan_dx(q, k, dy, alpha, dstates, Q, BC=64, BD=64, num_warps=4, num_stages=2):

@@ -4,9 +4,10 @@
 
 # %% auto #0
 __all__ = ['TUNE', 'TUNE_BY_CAPABILITY', 'ssd_real_fwd', 'ssd_real_bwd', 'ssd_real_packed_fwd', 'ssd_real_packed_bwd', 'tune_for',
-           'state_blocks', 'cotangent', 'scan_forward', 'scan_backward', 'one_kernel_backward', 'scan_backward_rotated',
-           'operand_dtype', 'ssd_kernels_forward', 'ssd_kernels_backward', 'ssd_real_chunkwise_triton', 'packed_parts',
-           'ssd_packed_kernels_forward', 'ssd_packed_kernels_backward', 'ssd_real_packed_triton']
+           'state_blocks', 'scan_y_blocks', 'cotangent', 'scan_forward', 'scan_backward', 'one_kernel_backward',
+           'scan_backward_rotated', 'operand_dtype', 'ssd_kernels_forward', 'ssd_kernels_backward',
+           'ssd_real_chunkwise_triton', 'packed_parts', 'ssd_packed_kernels_forward', 'ssd_packed_kernels_backward',
+           'ssd_real_packed_triton']
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #97dc588a
 from typing import Optional
@@ -21,9 +22,11 @@ from .chunk_scan import scan_backward_chunk, scan_dqdk, scan_dx, scan_y
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #018f29c6
 TUNE = dict(BC=64, BM_state=32, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4, stages_state=3,
-            warps_dx=4, warps_dqdk=4, stages=2, BR_rot=64, BC_dqdk=64, stages_dqdk=1,
+            warps_dx=4, warps_dqdk=4, stages=2, stages_scan=2, maxnreg_scan=None, BR_rot=64, BC_dqdk=64, stages_dqdk=1,
             bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1)
-TUNE_BY_CAPABILITY = {}     # (major, minor) -> the entries of TUNE that GPU changes: none (TUNE fits sm_80, see below)
+# (major, minor) -> the entries of TUNE that GPU changes. Hopper: the scan's output kernel with one stage and at most
+# 168 registers a thread, three programs an SM instead of two (measured on an H200; see below)
+TUNE_BY_CAPABILITY = {(9, 0): dict(stages_scan=1, maxnreg_scan=168)}
 
 def tune_for(capability=None) -> dict:
     """The scan's launch parameters on a GPU of compute `capability` (major, minor), or None (the interpreter, meta
@@ -34,6 +37,11 @@ def tune_for(capability=None) -> dict:
 def state_blocks(tune):
     "05b's state-pass launch parameters (tiles, warps, stages) from a `tune_for` dict."
     return dict(BM=tune["BM_state"], BD=tune["BD_state"], num_warps=tune["warps_state"], num_stages=tune["stages_state"])
+
+def scan_y_blocks(tune):
+    "05c's `scan_y` launch parameters (rows, D tile, warps, stages, register cap) from a `tune_for` dict."
+    return dict(BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_scan"], num_stages=tune["stages_scan"],
+                maxnreg=tune["maxnreg_scan"])
 
 def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
@@ -49,8 +57,7 @@ def scan_forward(q, k, x, alpha, S0, Q, tune=None):
     Returns y (B,T,H,D) in x's dtype and the final state (B,H,M,D)."""
     tune = tune or tune_for(device_capability(q))
     states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
-    y = scan_y(q, k, x, alpha, states, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_scan"],
-               num_stages=tune["stages"])
+    y = scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune))
     return y, S_fin
 
 def scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False, tune=None, states=None):
@@ -104,8 +111,7 @@ def _forward_kernels(x, B_re, B_im, C_re, C_im, dt, A_re, A_im, S0, Q):
     alpha, cos, sin, th_end = phases_forward(dt, A_re.float().contiguous(), A_im.float().contiguous(), Q)
     q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, x.dtype, block_rows=tune["BR_rot"])
     states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
-    y = scan_y(q, k, x, alpha, states, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_scan"],
-               num_stages=tune["stages"])
+    y = scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune))
     return y, S_fin, th_end, q, k, alpha, cos, sin, states
 
 def _forward_fakes(like, Bsz, T, H, D, N, Q, cd):
