@@ -272,3 +272,30 @@ def test_final_export_is_atomic_and_load_errors_name_the_file(tmp_path):
     f.write_bytes(f.read_bytes()[:100])
     with pytest.raises(ValueError, match="model.safetensors"):
         from_pretrained(d)
+
+
+def test_fsdp2_fused_adamw_skips_on_device(tmp_path):
+    """FSDP2's DTensor parameters with a fused AdamW (what a multi-GPU run with `--parallel fsdp` builds): the update queued
+    with chapter 07b's `queue_update` is skipped whole when the flag is 1 and applied when it is 0 (one process, gloo)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from mamba3_lite.model import Mamba3Transformer
+    from mamba3_lite.train.optim import clip_grad_norm, nonfinite, queue_update
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        m = Mamba3Transformer(ModelConfig(**MODEL))
+        for b in m.layers: fully_shard(b)
+        fully_shard(m)
+        o = build_optimizer(m, tiny_cfg(tmp_path), fused=True)
+        assert skips_on_device(o) and type(next(m.parameters())).__name__ == "DTensor"
+        x = torch.randint(0, 256, (2, 33))
+        m(x[:, :-1], targets=x[:, 1:]).backward()
+        g = clip_grad_norm(list(m.parameters()), 1.0)
+        before = [p.full_tensor().clone() for p in m.parameters()]
+        queue_update(o, 1e-3, skip=nonfinite(torch.stack([g, torch.tensor(float("nan"))])))
+        assert all(torch.equal(p.full_tensor(), b) for p, b in zip(m.parameters(), before))
+        queue_update(o, 1e-3, skip=nonfinite(torch.stack([g, g])))
+        assert not any(torch.equal(p.full_tensor(), b) for p, b in zip(m.parameters(), before) if p.numel() > 16)
+    finally:
+        dist.destroy_process_group()
