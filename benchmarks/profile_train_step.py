@@ -104,7 +104,7 @@ def measure(t, a):
         t0 = time.perf_counter()
         for _ in range(a.profile_steps): step()
         profiled_s = time.perf_counter() - t0
-    path = a.trace or tempfile.mktemp(suffix=".json")
+    path = a.trace or os.path.join(tempfile.mkdtemp(prefix="profile_step_trace_"), "trace.json")
     prof.export_chrome_trace(path)
     with open(path) as f: trace = json.load(f)
     out = {"step_ms_median": round(1e3 * step_s, 2), "tokens_per_s": round(t.tokens_per_step / step_s),
