@@ -50,17 +50,18 @@ class LinearCrossEntropy(torch.autograd.Function):
     "Mean cross-entropy of (h Wᵀ)[:, :vocab_size] against targets, computed and differentiated chunk by chunk."
     @staticmethod
     def forward(ctx, h, weight, targets, vocab_size, chunk_rows, ignore_index):
-        # h (M, d) and weight (Vp, d) already in the compute dtype; targets (M,)
+        # h (M, d) in the compute dtype; weight (Vp, d) the parameter itself (fp32 under autocast); targets (M,)
         M, run = h.shape[0], _chunk_fn(h.dtype, h.device)
+        w = weight.to(h.dtype)                                             # (Vp, d): the products' copy
         grad_h = torch.empty_like(h)                                       # (M, d)
-        acc = torch.float32 if weight.element_size() < 4 else weight.dtype     # bf16/fp16 weights: fp32 accumulator
+        acc = torch.float32 if weight.element_size() < 4 else weight.dtype     # the parameter's dtype, fp32 at least
         grad_w = torch.zeros(weight.shape, dtype=acc, device=h.device)       # (Vp, d)
         total = torch.zeros((), dtype=acc, device=h.device)
         for lo in range(0, M, chunk_rows):
             hc, tc = h[lo:lo + chunk_rows], targets[lo:lo + chunk_rows]
-            loss_c, g = run(hc @ weight.t(), tc, vocab_size, ignore_index)  # g (m, Vp); the block is not read again
+            loss_c, g = run(hc @ w.t(), tc, vocab_size, ignore_index)       # g (m, Vp); the block is not read again
             total += loss_c
-            torch.mm(g, weight, out=grad_h[lo:lo + chunk_rows])               # rows of a contiguous tensor: contiguous
+            torch.mm(g, w, out=grad_h[lo:lo + chunk_rows])                    # rows of a contiguous tensor: contiguous
             grad_w = add_product(grad_w, g.t(), hc)                            # accumulated in fp32 across chunks
         n = (targets != ignore_index).sum().clamp(min=1).to(acc)
         ctx.save_for_backward(grad_h, grad_w, n)
@@ -90,7 +91,7 @@ def linear_cross_entropy(h, weight, targets, vocab_size: int | None = None, chun
 def _run(h, weight, targets, vocab_size, chunk_rows, ignore_index):
     dt = _compute_dtype(h)
     with torch.autocast(h.device.type, enabled=False):
-        return LinearCrossEntropy.apply(h.reshape(-1, h.shape[-1]).to(dt), weight.to(dt), targets.reshape(-1),
+        return LinearCrossEntropy.apply(h.reshape(-1, h.shape[-1]).to(dt), weight, targets.reshape(-1),
                                         vocab_size, chunk_rows, ignore_index)
 
 _EAGER = {}
