@@ -38,21 +38,11 @@ def layer_shapes(rows=32768, d_model=1024, n_heads=16, head_dim=64, state_dim=64
     return shapes
 
 
-def queued_ms(fn, calls: int = 20, warmup: int = 3) -> float:
-    "GPU milliseconds per call of `fn()`, `calls` of them queued between two CUDA events."
-    for _ in range(warmup): fn()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(calls): fn()
-    e.record(); e.synchronize()
-    return s.elapsed_time(e) / calls
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=5); p.add_argument("--out"); a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit("bench_gemm_shapes: needs a CUDA GPU")
-    from common import emit
+    from common import emit, queued_ms
     shapes = layer_shapes()
     calls = {(name, form): fn for name, s in shapes.items() for form, fn in gemm_forms(*s).items()}
     times = {key: [] for key in calls}

@@ -71,6 +71,18 @@ def cuda_event_ms(fn, iters: int = 20, warmup: int = 3) -> float:
     return sorted(times)[iters // 2]
 
 
+def queued_ms(fn, calls: int = 20, warmup: int = 3) -> float:
+    "GPU milliseconds per call of `fn()`, `calls` of them queued back to back between two CUDA events (as a training step queues them: no launch latency in the figure)."
+    for _ in range(warmup):
+        fn()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(calls):
+        fn()
+    e.record(); e.synchronize()
+    return s.elapsed_time(e) / calls
+
+
 def rel_diff(a, b) -> float:
     "max |a - b| / max |b|, in fp32."
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()

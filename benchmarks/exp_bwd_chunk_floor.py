@@ -62,7 +62,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=5); p.add_argument("--out"); a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit("exp_bwd_chunk_floor: needs a CUDA GPU")
-    from common import emit, scan_backward_inputs
+    from common import emit, queued_ms, scan_backward_inputs
     from bench_kernel_regs import Capped, compiled_info
     from mamba3_lite.ssd.triton import chunk_scan
     from mamba3_lite.ssd.triton.real_ssd import TUNE
@@ -87,13 +87,6 @@ def main():
     real = lambda: chunk_scan.scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, torch.bfloat16,
                                                   num_warps=TUNE["warps_chunk"], num_stages=TUNE["stages_chunk"])
 
-    def queued_ms(fn, calls=20):
-        for _ in range(3): fn()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(calls): fn()
-        e.record(); e.synchronize()
-        return s.elapsed_time(e) / calls
     times = {"bwd_chunk_kernel": [], "traffic_kernel": []}
     for _ in range(a.rounds):
         times["bwd_chunk_kernel"].append(queued_ms(real)); times["traffic_kernel"].append(queued_ms(traffic))

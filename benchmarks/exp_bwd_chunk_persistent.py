@@ -86,7 +86,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3); p.add_argument("--out"); a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit("exp_bwd_chunk_persistent: needs a CUDA GPU")
-    from common import emit, rel_diff, scan_backward_inputs
+    from common import emit, queued_ms, rel_diff, scan_backward_inputs
     from bench_kernel_regs import compiled_info
     from mamba3_lite.ssd.triton import chunk_scan
     from mamba3_lite.ssd.triton.real_ssd import TUNE
@@ -117,13 +117,6 @@ def main():
             return [*outs, dx, dth]
         return run, info
 
-    def queued_ms(fn, calls=20):
-        for _ in range(3): fn()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(calls): fn()
-        e.record(); e.synchronize()
-        return s.elapsed_time(e) / calls
     configs = {"real bwd_chunk_kernel": (real, None)}
     rows = {"real bwd_chunk_kernel": {"ms_rounds": []}}
     for programs in (sms, 2 * sms, 3 * sms):

@@ -46,10 +46,10 @@ class Measurement:
     source: str
 
 MEASURED_PARAMS = 433_662_848          # the default model's parameters (the presets' 47 padded vocabulary rows, 0.01%, left out)
-H200_MEASURED = Measurement(176_560, "h200", "h200 preset (micro-batch 16 x 2 x 2048), compiled, Triton SSD",
-                            "benchmarks/results/cli_h200_norm_fold.json")
-A100_PRESET_ON_H200 = Measurement(163_820, "h200", "a100 preset (micro-batch 8 x 4 x 2048), compiled, Triton SSD, 80 GB cap",
-                                  "benchmarks/results/a100_preset_80gb_cap_h200_norm_fold_metrics.jsonl")
+H200_MEASURED = Measurement(182_556, "h200", "h200 preset (micro-batch 16 x 2 x 2048), compiled, Triton SSD",
+                            "benchmarks/results/cli_h200_with_a100_preset.json")
+A100_PRESET_ON_H200 = Measurement(173_000, "h200", "a100 preset (micro-batch 8 x 4 x 2048), compiled, Triton SSD, 80 GB cap",
+                                  "benchmarks/results/a100_preset_80gb_cap_h200_lce_fp32_metrics.jsonl")
 
 # %% ../../nbs/07h_cost.ipynb #c66b982a
 GEMM_FRACTION = 0.64                   # share of the measured H200 step in compute-bound GEMMs (the rest: HBM-bound)
