@@ -127,8 +127,11 @@ def test_8_pretrainer_dry_run_and_short_run(capsys):
     "The h200 preset's --dry-run; then a compiled Pretrainer run end to end (eval, checkpoints, samples, export)."
     from mamba3_lite.pretrain import build_config, dry_run
     from mamba3_lite.train.trainer import Pretrainer
-    r = dry_run(build_config("h200"))
-    assert r["params"] == 433_662_848          # the original's 433,662,400 with each head's complex A as two reals
+    cfg = build_config("h200")
+    r = dry_run(cfg)
+    assert cfg.model.padded_vocab_size == 50_304                # the preset pads the tied embedding to a multiple of 64
+    # the original's 433,662,400 with each head's complex A as two reals, plus the 47 padded rows (never sampled)
+    assert r["params"] == 433_662_848 + (50_304 - 50_257) * cfg.model.d_model
     d = tempfile.mkdtemp()
     t0 = time.perf_counter()
     t = Pretrainer(_small_cfg(d, compile_model=True))
