@@ -102,6 +102,17 @@ def scan_backward_inputs(Bsz, T, H, M, D, Q, seed=0):
     return q, k, x, dy, alpha, states, dstates, g
 
 
+TRAINING_SHAPE = dict(Bsz=16, T=2048, H=16, M=128, D=64, Q=64)   # the 434M model's micro-batch in the scan (complex N=64 -> M=128)
+
+
+def rotated_backward_inputs(seed=0):
+    "`scan_backward_inputs` at `TRAINING_SHAPE`, then the rotation's cos and sin (B,T,H) of random phases: what 05c's one-kernel backward reads."
+    s = TRAINING_SHAPE
+    q, k, x, dy, alpha, states, dstates, g = scan_backward_inputs(*s.values(), seed=seed)
+    theta = torch.rand(s["Bsz"], s["T"], s["H"], device="cuda", generator=g) * 6.28
+    return q, k, x, dy, alpha, states, dstates, theta.cos(), theta.sin()
+
+
 def peak_memory_gib(device) -> float | None:
     "Peak allocated CUDA memory since the last reset, in GiB (None on a CPU)."
     device = torch.device(device)

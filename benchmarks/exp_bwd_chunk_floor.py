@@ -62,15 +62,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=5); p.add_argument("--out"); a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit("exp_bwd_chunk_floor: needs a CUDA GPU")
-    from common import emit, queued_ms, scan_backward_inputs
+    from common import TRAINING_SHAPE, emit, queued_ms, rotated_backward_inputs
     from bench_kernel_regs import Capped, compiled_info
     from mamba3_lite.ssd.triton import chunk_scan
     from mamba3_lite.ssd.triton.real_ssd import TUNE
-    Bsz, T, H, M, D, Q = 16, 2048, 16, 128, 64, 64
+    Bsz, T, H, M, D, Q = TRAINING_SHAPE.values()
     NH, NC = M // 2, T // Q
-    q, k, x, dy, alpha, states, dstates, g = scan_backward_inputs(Bsz, T, H, M, D, Q)
-    theta = torch.rand(Bsz, T, H, device="cuda", generator=g) * 6.28
-    cos, sin = theta.cos(), theta.sin()
+    q, k, x, dy, alpha, states, dstates, cos, sin = rotated_backward_inputs()
     outs = [torch.empty(Bsz, T, H, NH, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
     dx = torch.empty_like(x)
     da, kdk, dth = (torch.empty(Bsz, NC * Q, H, device="cuda") for _ in range(3))

@@ -86,15 +86,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3); p.add_argument("--out"); a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit("exp_bwd_chunk_persistent: needs a CUDA GPU")
-    from common import emit, queued_ms, rel_diff, scan_backward_inputs
+    from common import TRAINING_SHAPE, emit, queued_ms, rel_diff, rotated_backward_inputs
     from bench_kernel_regs import compiled_info
     from mamba3_lite.ssd.triton import chunk_scan
     from mamba3_lite.ssd.triton.real_ssd import TUNE
-    Bsz, T, H, M, D, Q = 16, 2048, 16, 128, 64, 64
+    Bsz, T, H, M, D, Q = TRAINING_SHAPE.values()
     NH, NC = M // 2, T // Q
-    q, k, x, dy, alpha, states, dstates, g = scan_backward_inputs(Bsz, T, H, M, D, Q)
-    theta = torch.rand(Bsz, T, H, device="cuda", generator=g) * 6.28
-    cos, sin = theta.cos(), theta.sin()
+    q, k, x, dy, alpha, states, dstates, cos, sin = rotated_backward_inputs()
     real = lambda: chunk_scan.scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, torch.bfloat16,
                                                   num_warps=TUNE["warps_chunk"], num_stages=TUNE["stages_chunk"])
     (ref_bc, ref_dx, (ref_da, *_), ref_dth) = real()
