@@ -65,6 +65,7 @@ def main():
     from common import TRAINING_SHAPE, emit, queued_ms, rotated_backward_inputs
     from bench_kernel_regs import Capped, compiled_info
     from mamba3_lite.ssd.triton import chunk_scan
+    from mamba3_lite.ssd.triton.phases import strides3 as s3
     from mamba3_lite.ssd.triton.real_ssd import TUNE
     Bsz, T, H, M, D, Q = TRAINING_SHAPE.values()
     NH, NC = M // 2, T // Q
@@ -73,7 +74,6 @@ def main():
     dx = torch.empty_like(x)
     da, kdk, dth = (torch.empty(Bsz, NC * Q, H, device="cuda") for _ in range(3))
     gs = torch.empty(Bsz, NC, H, device="cuda")
-    s3 = lambda t: (t.stride(0), t.stride(1), t.stride(2))
     launch = {}
 
     def traffic():
@@ -84,7 +84,6 @@ def main():
     chunk_scan.bwd_chunk_kernel = capped                   # records the real kernel's compiled launch
     real = lambda: chunk_scan.scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, torch.bfloat16,
                                                   num_warps=TUNE["warps_chunk"], num_stages=TUNE["stages_chunk"])
-
     times = {"bwd_chunk_kernel": [], "traffic_kernel": []}
     for _ in range(a.rounds):
         times["bwd_chunk_kernel"].append(queued_ms(real)); times["traffic_kernel"].append(queued_ms(traffic))

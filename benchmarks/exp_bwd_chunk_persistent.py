@@ -89,16 +89,16 @@ def main():
     from common import TRAINING_SHAPE, emit, queued_ms, rel_diff, rotated_backward_inputs
     from bench_kernel_regs import compiled_info
     from mamba3_lite.ssd.triton import chunk_scan
+    from mamba3_lite.ssd.triton.phases import strides3 as s3
     from mamba3_lite.ssd.triton.real_ssd import TUNE
     Bsz, T, H, M, D, Q = TRAINING_SHAPE.values()
     NH, NC = M // 2, T // Q
     q, k, x, dy, alpha, states, dstates, cos, sin = rotated_backward_inputs()
     real = lambda: chunk_scan.scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, torch.bfloat16,
                                                   num_warps=TUNE["warps_chunk"], num_stages=TUNE["stages_chunk"])
-    (ref_bc, ref_dx, (ref_da, *_), ref_dth) = real()
+    ref_bc, ref_dx, _, ref_dth = real()
     ref = [*ref_bc, ref_dx, ref_dth]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    s3 = lambda t: (t.stride(0), t.stride(1), t.stride(2))
 
     def persistent(programs, stages, warps):
         outs = [torch.empty(Bsz, T, H, NH, dtype=torch.bfloat16, device="cuda") for _ in range(4)]
@@ -130,7 +130,7 @@ def main():
                 rows[name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
     for _ in range(a.rounds):
         for name, (fn, _) in configs.items():
-            rows[name]["ms_rounds"].append(round(queued_ms(fn if name != "real bwd_chunk_kernel" else real), 4))
+            rows[name]["ms_rounds"].append(round(queued_ms(fn), 4))
     for r in rows.values():
         if r.get("ms_rounds"): r["ms"] = statistics.median(r["ms_rounds"])
     emit({"shape": dict(B=Bsz, T=T, H=H, M=M, D=D, Q=Q, dtype="bf16"), "sms": sms, "rows": rows}, "cuda", a.out,
