@@ -234,13 +234,11 @@ def test_real_chunked_matches_pytorch(cfg):
         assert_close(a, b, rtol=1e-4, atol=1e-5, name=n)
 
 
-@pytest.fixture(params=["chunk", "chunk_carry", "chunk_dx_apart", "split"])
+@pytest.fixture(params=["chunk", "chunk_dx_apart", "split"])
 def backward_path(request, monkeypatch):
-    """Each of 05d's backward paths: 05c's one kernel after the reverse state pass (dx in it, or by scan_dx), the one
-    kernel carrying G through each (b, h)'s chunks itself, and the two kernels + rotate_backward."""
+    "Each of 05d's backward paths: 05c's one kernel (dx in it, or by scan_dx) and the two kernels + rotate_backward."
     tune = dict(real_ssd.TUNE, bwd="split" if request.param == "split" else "chunk",
-                chunk_dx=request.param in ("chunk", "chunk_carry"),
-                carry_min_bh=0 if request.param == "chunk_carry" else 10**9)
+                chunk_dx=request.param == "chunk")
     monkeypatch.setattr(real_ssd, "TUNE", tune)
     return request.param
 

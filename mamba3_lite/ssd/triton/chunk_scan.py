@@ -229,16 +229,17 @@ def scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, want_dtheta=False, BC=32, 
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #c6aaeab9
 if HAS_TRITON:
-    @triton.jit
-    def chunk_backward(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, cos_ptr, sin_ptr,
-                       o1_ptr, o2_ptr, o3_ptr, o4_ptr, dx_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr, g_ptr, g_off, b, c, h,
-                       sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, sgb, sgt, sgh,
-                       T, H, NH, D, Q, NC, CARRY: tl.constexpr, ROTATE: tl.constexpr, WITH_DX: tl.constexpr,
-                       F64: tl.constexpr, PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
-        """The whole backward of chunk c of (b, h), M = 2 NH as two halves, given G = dL/dS_out of the chunk, (M, D) at
-        g_ptr + g_off. Writes dq, dk to o1, o3 (both halves each), or with ROTATE the rotation's transpose: dC_re, dC_im,
-        dB_re, dB_im to o1..o4; with WITH_DX also dx; always the decay pieces q.dq - k.dk, k.dk_state, <G, S_in> and the
-        phase gradient dq.Jq + dk.Jk. With CARRY, G (fp32) then becomes the previous chunk's: 05b's reverse step."""
+    @triton.jit(do_not_specialize=["T", "NC"])       # lengths vary per call: one compile serves all
+    def bwd_chunk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, sin_ptr,
+                         o1_ptr, o2_ptr, o3_ptr, o4_ptr, dx_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr,
+                         sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, sgb, sgt, sgh,
+                         T, H, NH, D, Q, NC, ROTATE: tl.constexpr, WITH_DX: tl.constexpr, F64: tl.constexpr,
+                         PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
+        """One whole chunk of one (b, h), M = 2 NH as two halves. Writes dq, dk to o1, o3 (both halves each), or with
+        ROTATE the rotation's transpose: dC_re, dC_im, dB_re, dB_im to o1..o4; with WITH_DX also dx; always the
+        decay pieces q.dq - k.dk, k.dk_state, <G, S_in> and the phase gradient dq.Jq + dk.Jk."""
+        pid = tl.program_id(0)
+        h, c, b = pid % H, (pid // H) % NC, pid // (H * NC)
         offs, offs_n, offs_d = tl.arange(0, BQ), tl.arange(0, BN), tl.arange(0, BD)
         t = c * Q + offs
         mt, mn, mdd = (offs < Q) & (t < T), offs_n < NH, offs_d < D
@@ -258,9 +259,8 @@ if HAS_TRITON:
         so = ((b * NC + c) * H + h) * 2 * NH * D + offs_n[:, None] * D + offs_d[None, :]   # rows n, NH + n of M
         S1 = tl.load(st_ptr + so, mask=mnd, other=0.).to(xs.dtype)                      # (BN, BD) each
         S2 = tl.load(st_ptr + so + NH * D, mask=mnd, other=0.).to(xs.dtype)
-        go = g_ptr + g_off + offs_n[:, None] * D + offs_d[None, :]
-        G1 = tl.load(go, mask=mnd, other=0.).to(xs.dtype)
-        G2 = tl.load(go + NH * D, mask=mnd, other=0.).to(xs.dtype)
+        G1 = tl.load(dst_ptr + so, mask=mnd, other=0.).to(xs.dtype)
+        G2 = tl.load(dst_ptr + so + NH * D, mask=mnd, other=0.).to(xs.dtype)
         gs = tl.sum(tl.sum(S1.to(w.dtype) * G1.to(w.dtype) + S2.to(w.dtype) * G2.to(w.dtype), axis=1), axis=0)
         tl.store(gs_ptr + (b * NC + c) * H + h, gs)
         # each gradient stored as soon as it is complete, in the order dq, dx, dk that ends the scores' lives
@@ -302,47 +302,20 @@ if HAS_TRITON:
         tl.store(da_ptr + part, da, mask=offs < Q)
         tl.store(kdk_ptr + part, kdk, mask=offs < Q)
         tl.store(dth_ptr + part, dth, mask=offs < Q)
-        if CARRY:               # G <- e^{a_end} G + sum_l e^{a_l} q_l dy_l^T, from fresh loads (cache hits): no tile of
-            e = tl.exp(tl.where(mt, a, float("-inf")))[:, None]    # the chunk above is kept live across the step
-            dy = tl.load(dy_ptr + b * sdb + t[:, None] * sdt + h * sdh + offs_d[None, :], mask=mtd, other=0.)
-            qe1 = (tl.load(qo, mask=mtn, other=0.) * e).to(dy.dtype)
-            qe2 = (tl.load(qo + NH, mask=mtn, other=0.) * e).to(dy.dtype)
-            G1 = tl.load(go, mask=mnd, other=0.) * tl.exp(a_end) + dot(tl.trans(qe1), dy, F64, PREC)
-            G2 = tl.load(go + NH * D, mask=mnd, other=0.) * tl.exp(a_end) + dot(tl.trans(qe2), dy, F64, PREC)
-            tl.debug_barrier()                              # every thread has read this chunk's G before it changes
-            tl.store(go, G1, mask=mnd); tl.store(go + NH * D, G2, mask=mnd)
-            tl.debug_barrier()                              # ... and has written it before the next chunk reads it
-
-# %% ../../../nbs/05c_triton_chunk_scan.ipynb #09fe1c7f
-if HAS_TRITON:
-    @triton.jit(do_not_specialize=["T", "NC"])       # lengths vary per call: one compile serves all
-    def bwd_chunk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, g_ptr, cos_ptr, sin_ptr,
-                         o1_ptr, o2_ptr, o3_ptr, o4_ptr, dx_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr,
-                         sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, sgb, sgt, sgh,
-                         T, H, NH, D, Q, NC, CARRY: tl.constexpr, ROTATE: tl.constexpr, WITH_DX: tl.constexpr,
-                         F64: tl.constexpr, PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
-        """`chunk_backward` for one (b, chunk, h) with G read from 05b's reverse pass (`g_ptr`: G per chunk); or, with
-        CARRY, one program per (b, h) walking its chunks last to first, carrying G in `g_ptr` (B, H, M, D) fp32 —
-        dS_fin (or zeros) on entry, dS0 on exit — so no G per chunk is written or read."""
-        pid = tl.program_id(0)
-        if CARRY:
-            h, b = pid % H, pid // H
-            for i in range(NC):
-                chunk_backward(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, cos_ptr, sin_ptr, o1_ptr, o2_ptr, o3_ptr,
-                               o4_ptr, dx_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr, g_ptr, pid * 2 * NH * D, b, NC - 1 - i, h,
-                               sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, sgb, sgt, sgh,
-                               T, H, NH, D, Q, NC, CARRY, ROTATE, WITH_DX, F64, PREC, BQ, BN, BD)
-        else:
-            h, c, b = pid % H, (pid // H) % NC, pid // (H * NC)
-            chunk_backward(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, cos_ptr, sin_ptr, o1_ptr, o2_ptr, o3_ptr, o4_ptr,
-                           dx_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr, g_ptr, ((b * NC + c) * H + h) * 2 * NH * D, b, c, h,
-                           sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, sgb, sgt, sgh,
-                           T, H, NH, D, Q, NC, CARRY, ROTATE, WITH_DX, F64, PREC, BQ, BN, BD)
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #ab720506
-def _chunk_outputs(q, dy, M, D, rotate, bc_dtype, with_dx, out):
-    "The one-kernel backward's gradient buffers: o1..o4 (see `bwd_chunk_kernel`) and dx (dy, never written, without dx)."
-    Bsz, T, H, _ = q.shape
+def scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos=None, sin=None, bc_dtype=None, with_dx=True,
+                        num_warps=4, num_stages=1, out=None):
+    """`scan_dqdk` (with the phase gradient) and `scan_dx` in one launch per (b, chunk, h), for M even and a chunk that
+    fits one block. Returns (dq, dk) — or, given cos and sin (B,T,H) of the rotation, (dB_re, dB_im, dC_re, dC_im)
+    (B,T,H,M/2) in `bc_dtype` — then dx (None without `with_dx`), dalpha (B, NC*Q, H) and dtheta (B, NC*Q, H).
+    `out`: with cos and sin, (dB_re, dB_im, dC_re, dC_im, dx) tensors to write instead (any strides, the four alike)."""
+    Bsz, T, H, M = q.shape
+    D, NC, acc = x.shape[-1], alpha.shape[1] // Q, alpha.dtype
+    check_block_dims(chunk_size=Q)
+    if M % 2:
+        raise ValueError(f"scan_backward_chunk splits M in two halves: got M={M}")
+    rotate = cos is not None
     if rotate and out is not None:                      # o1..o4 = dC_re, dC_im, dB_re, dB_im
         outs = [out[2], out[3], out[0], out[1]]
         if len({o.stride() for o in outs}) > 1 or outs[0].stride(-1) != 1:
@@ -350,37 +323,16 @@ def _chunk_outputs(q, dy, M, D, rotate, bc_dtype, with_dx, out):
     elif rotate:
         outs = [torch.empty(Bsz, T, H, M // 2, dtype=bc_dtype, device=q.device) for _ in range(4)]
     else:                                               # o1 = dq, o3 = dk; o2, o4 never written
-        outs = [torch.empty_like(q), None, torch.empty_like(q), None]
+        outs = [torch.empty_like(q), None, torch.empty_like(k), None]
         outs[1] = outs[3] = outs[0]
     dx = (out[4] if out is not None else torch.empty(Bsz, T, H, D, dtype=dy.dtype, device=dy.device)) if with_dx else dy
-    return outs, dx
-
-def scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos=None, sin=None, bc_dtype=None, with_dx=True,
-                        num_warps=4, num_stages=1, out=None, dS_fin=None):
-    """`scan_dqdk` (with the phase gradient) and `scan_dx` in one launch per (b, chunk, h), for M even and a chunk that
-    fits one block. Returns (dq, dk) — or, given cos and sin (B,T,H) of the rotation, (dB_re, dB_im, dC_re, dC_im)
-    (B,T,H,M/2) in `bc_dtype` — then dx (None without `with_dx`), dalpha (B, NC*Q, H) and dtheta (B, NC*Q, H).
-    `out`: with cos and sin, (dB_re, dB_im, dC_re, dC_im, dx) tensors to write instead (any strides, the four alike).
-    `dstates=None`: no 05b reverse pass first — one program per (b, h) walks the chunks backwards carrying G
-    (`bwd_chunk_kernel` with CARRY, from `dS_fin` or zeros), and dS0 (B,H,M,D) in alpha's dtype is returned last."""
-    Bsz, T, H, M = q.shape
-    D, NC, acc = x.shape[-1], alpha.shape[1] // Q, alpha.dtype
-    check_block_dims(chunk_size=Q)
-    if M % 2:
-        raise ValueError(f"scan_backward_chunk splits M in two halves: got M={M}")
-    rotate = cos is not None
-    outs, dx = _chunk_outputs(q, dy, M, D, rotate, bc_dtype, with_dx, out)
     da, kdk, dth = (torch.empty(Bsz, NC * Q, H, dtype=acc, device=q.device) for _ in range(3))
     gs = torch.empty(Bsz, NC, H, dtype=acc, device=q.device)
     cs = (cos, sin) if rotate else (alpha, alpha)                                       # never read without ROTATE
-    carry = dstates is None     # G: dS_fin or zeros on entry, dS0 on exit
-    if carry:
-        G = torch.zeros(Bsz, H, M, D, dtype=acc, device=q.device) if dS_fin is None else dS_fin.to(acc, copy=True).contiguous()
-    bwd_chunk_kernel[(Bsz * H,) if carry else (Bsz * NC * H,)](
-        q, k, x, dy, alpha, states, G if carry else dstates, *cs, *outs, dx, da, kdk, gs, dth, *strides3(q), *strides3(k),
-        *strides3(x), *strides3(dy), *strides3(outs[0]), *strides3(dx), T, H, M // 2, D, Q, NC, CARRY=carry,
+    bwd_chunk_kernel[(Bsz * NC * H,)](
+        q, k, x, dy, alpha, states, dstates, *cs, *outs, dx, da, kdk, gs, dth, *strides3(q), *strides3(k),
+        *strides3(x), *strides3(dy), *strides3(outs[0]), *strides3(dx), T, H, M // 2, D, Q, NC,
         ROTATE=rotate, WITH_DX=with_dx, F64=acc == torch.float64, PREC=dot_precision(q.dtype),
         BQ=block_size(Q), BN=block_size(M // 2), BD=block_size(D), num_warps=num_warps, num_stages=num_stages)
     grads = (outs[2], outs[3], outs[0], outs[1]) if rotate else (outs[0], outs[2])
-    res = grads, (dx if with_dx else None), chunk_end_terms(da, kdk, gs, alpha, Q), dth
-    return (*res, G) if carry else res
+    return grads, (dx if with_dx else None), chunk_end_terms(da, kdk, gs, alpha, Q), dth

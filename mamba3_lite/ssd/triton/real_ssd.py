@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['TUNE', 'TUNE_BY_CAPABILITY', 'ssd_real_fwd', 'ssd_real_bwd', 'ssd_real_packed_fwd', 'ssd_real_packed_bwd', 'tune_for',
            'state_blocks', 'scan_y_blocks', 'cotangent', 'scan_forward', 'scan_backward', 'one_kernel_backward',
-           'carries_state', 'scan_backward_rotated', 'operand_dtype', 'ssd_kernels_forward', 'ssd_kernels_backward',
+           'scan_backward_rotated', 'operand_dtype', 'ssd_kernels_forward', 'ssd_kernels_backward',
            'ssd_real_chunkwise_triton', 'packed_parts', 'ssd_packed_kernels_forward', 'ssd_packed_kernels_backward',
            'ssd_real_packed_triton']
 
@@ -23,7 +23,7 @@ from .chunk_scan import scan_backward_chunk, scan_dqdk, scan_dx, scan_y
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #018f29c6
 TUNE = dict(BC=64, BM_state=32, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4, stages_state=3,
             warps_dx=4, warps_dqdk=4, stages=2, stages_scan=2, maxnreg_scan=None, BR_rot=64, BC_dqdk=64, stages_dqdk=1,
-            bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1, carry_min_bh=128)
+            bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1)
 # (major, minor) -> the entries of TUNE that GPU changes. Hopper: the scan's output kernel with one stage and at most
 # 168 registers a thread, three programs an SM instead of two (measured on an H200; see below)
 TUNE_BY_CAPABILITY = {(9, 0): dict(stages_scan=1, maxnreg_scan=168)}
@@ -80,11 +80,6 @@ def one_kernel_backward(tune, Q, M) -> bool:
     "Whether `scan_backward_rotated` runs 05c's one-kernel backward: `TUNE['bwd']` is 'chunk', M is even, the chunk fits."
     return tune["bwd"] == "chunk" and M % 2 == 0 and Q <= tune["chunk_max_Q"]
 
-def carries_state(tune, Bsz, H) -> bool:
-    """Whether the one kernel walks each (b, h)'s chunks itself, carrying G (05c's CARRY), instead of running after
-    05b's reverse pass: it computes dx itself, and B*H programs are enough to fill the GPU (`TUNE['carry_min_bh']`)."""
-    return tune["chunk_dx"] and Bsz * H >= tune["carry_min_bh"]
-
 def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype, states, tune=None, out=None):
     """The scan's backward through the rotation: `scan_backward` with the phase gradient, then the rotation's
     transpose — as one kernel (05c's `scan_backward_chunk`) where `one_kernel_backward` allows, else the two-kernel
@@ -95,11 +90,6 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
         dq, dk, dx, dalpha, dS0, dtheta = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, True, tune, states)
         return (*rotate_backward(cos, sin, dq, dk, [bc_dtype] * 4, block_rows=tune["BR_rot"]), dx, dalpha, dS0, dtheta)
     dy = cotangent(dy, x)
-    if carries_state(tune, q.shape[0], q.shape[2]):
-        bc, dx, dalpha, dtheta, dS0 = scan_backward_chunk(q, k, x, dy, alpha, states, None, Q, cos, sin, bc_dtype,
-                                                          num_warps=tune["warps_chunk"], num_stages=tune["stages_chunk"],
-                                                          out=out, dS_fin=dS_fin)
-        return (*bc, dx, dalpha, (dS0 if S0 is not None else None), dtheta)
     dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune))
     bc, dx, dalpha, dtheta = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, bc_dtype,
                                                  with_dx=tune["chunk_dx"], num_warps=tune["warps_chunk"],
