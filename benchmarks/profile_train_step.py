@@ -51,7 +51,7 @@ def gaps_from_trace(trace: dict, min_gap_us: float = 5.0) -> dict:
     host_time = Counter()
     for tid_ops in ops.values():
         for o in tid_ops:
-            if o["name"] in HOST_OPS: host_time[o["name"]] += o["dur"]
+            if o["name"] in HOST_OPS or o["name"].startswith("host: "): host_time[o["name"]] += o["dur"]
     by_launcher, top = Counter(), []
     for gap, start, nxt in sorted(gaps, key=lambda g: -g[0]):
         l = launch.get(nxt.get("args", {}).get("correlation"))
@@ -76,6 +76,8 @@ def main():
     p.add_argument("--profile-steps", type=int, default=2)
     p.add_argument("--trace", help="also keep the chrome trace here")
     p.add_argument("--preset", default="h200", help="tiny: a CPU smoke run of this script")
+    p.add_argument("--annotate", action="store_true", help="name the step's host phases in the trace (next batch, "
+                   "model call, backward, the host sync), so a gap's `host_at_gap_start` says which phase the CPU was in")
     p.add_argument("--out")
     a = p.parse_args()
     os.environ["ENABLE_TRITON_KERNELS"] = "1"
@@ -85,12 +87,34 @@ def main():
                 max_steps=10**6, warmup_steps=10, save_every=10**9, eval_every=0, log_every=10**9, sample_tokens=0,
                 checkpoint_dir=tempfile.mkdtemp(prefix="profile_step_"))
     t = Pretrainer(build_config(a.preset, overrides=over), echo=lambda m: None, progress=False)
+    if a.annotate: annotate(t)
     for _ in range(a.warmup): t.train_step()
     sync(t.device)
     out = {"config": {"seq": a.seq, "batch": a.batch, "accum": a.accum, "preset": a.preset,
                       "ssd_dispatch": over["model"]["ssd_dispatch"]}, **measure(t, a)}
     t.close()
     emit(out, device=t.device, out=a.out, benchmark="train_step_gpu_gaps")
+
+
+def annotate(t):
+    "Wrap the step's host phases in `record_function` ranges (the trainer's code is not changed: its objects are wrapped)."
+    from torch.profiler import record_function
+    from mamba3_lite.train import trainer
+    def named(fn, name):
+        def run(*args, **kw):
+            with record_function(name): return fn(*args, **kw)
+        return run
+    batches = t._batches
+    def next_batches():
+        while True:
+            with record_function("host: next batch (sampler, pin, copy)"): b = next(batches)
+            yield b
+    t._batches = next_batches()
+    t._loss = named(t._loss, "host: model call (forward)")
+    values = trainer.HostCopy.values
+    trainer.HostCopy.values = lambda self: named(values, "host: the step's sync (waits for the GPU)")(self)
+    backward = torch.Tensor.backward
+    torch.Tensor.backward = lambda self, *a, **k: named(backward, "host: backward")(self, *a, **k)
 
 
 def measure(t, a):

@@ -110,7 +110,9 @@ def test_nan_guard_rolls_back_after_5_and_finishes(tmp_path, fused):
     assert [e["event"] for e in ev] == ["nan_skip"] * 4 + ["save_refused", "rollback"], ev
     assert ev[-1]["to_step"] == 8 and "step_00000008" in ev[-1]["message"]     # the newest checkpoint, the last good one
     assert out == {**out, "step": 16, "skipped": 5, "rollbacks": 1}
-    assert t.sampler.position == 2 * (13 + 8)        # the data kept going: 13 steps, back to 8, 8 more
+    # the data kept going: 13 steps, back to 8, 8 more (as a checkpoint records it: the batch drawn ahead for a
+    # next step, 06f's Prefetched, is not counted, though the sampler itself has moved past it)
+    assert t._batches.sampler_state()["position"] == 2 * (13 + 8) == t.sampler.position - 1
     assert all(torch.isfinite(p).all() for p in t.model.parameters())
     assert Path(out["final"], "model.safetensors").exists()
 

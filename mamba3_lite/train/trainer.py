@@ -22,7 +22,7 @@ from ..ssd import effective_backend
 from ..data.tokenizer import decode_stream, get_tokenizer, write_tokenizer_record
 from ..data.shards import ShardError
 from ..data.corpus import builtin_corpus, check_data_tokenizer
-from ..data.loader import PretrainDataset, batches
+from ..data.loader import PretrainDataset, Prefetched, batches
 from .config import CUDA_GRAPH_MODES, TrainingConfig, ConfigError, check_cuda_graphs, check_ssd_device, set_cpu_threads
 from .optim import build_optimizer, clip_grad_norm, keep_grads, lr_at, scheduler_state, HostCopy, nonfinite, queue_update, skips_on_device
 from .checkpoint import (CheckpointManager, CheckpointError, NanGuard, claim_run_dir, first_nonfinite,
@@ -51,8 +51,7 @@ def resolve_data_path(data_path: str, tokenizer: str = "gpt2") -> Path:
 class Pretrainer:
     "Trains `Mamba3Transformer` as `cfg` says: devices, data, DDP/FSDP2, AdamW, checkpoints, NaN guard, logs."
     def __init__(self, cfg: TrainingConfig, env: DistEnv | None = None, echo=None, progress: bool = True):
-        self.progress = progress
-        self.cfg, self.env = cfg, env or init_distributed(cfg.device)
+        self.progress, self.cfg, self.env = progress, cfg, env or init_distributed(cfg.device)
         self.device, main = self.env.device, self.env.is_main
         self.echo = echo or (lambda msg: tqdm.write(str(msg), file=sys.stdout))
         if not main: self.echo = lambda msg: None
@@ -107,8 +106,8 @@ class Pretrainer:
 
 # %% ../../nbs/07g_trainer.ipynb #22e70d1e
 @patch
-def _restart_batches(self: Pretrainer):
-    self._batches = batches(self.train_ds, self.sampler, cycle=True, device=self.device, pin_memory=self.is_cuda)
+def _restart_batches(self: Pretrainer):    # 06f's Prefetched: train_step draws the next step's first batch before its sync
+    self._batches = Prefetched(batches(self.train_ds, self.sampler, cycle=True, device=self.device, pin_memory=self.is_cuda), self.sampler)
 
 @patch
 def _wrap(self: Pretrainer, model: nn.Module) -> nn.Module:
@@ -166,7 +165,7 @@ def state_dict(self: Pretrainer) -> dict:
     return {"version": 2, "model": self._model_state(), "optimizer": self._optim_state(),
             "scheduler": scheduler_state(self.step, self.cfg), "step": self.step, "tokens_seen": self.tokens_seen,
             "last_loss": self.last_loss, "rng": all_gather_object(rng_state(self.device), self.env),
-            "sampler": self.sampler.state_dict(), "nan_guard": self.guard.state_dict(), "world_size": self.env.world_size,
+            "sampler": self._batches.sampler_state(), "nan_guard": self.guard.state_dict(), "world_size": self.env.world_size,
             "config": self.cfg.to_dict(), "model_config": self.cfg.model.to_dict(), "data": self._data_signature(),
             "tokenizer": self.tokenizer_name}
 
@@ -258,7 +257,7 @@ def rollback(self: Pretrainer):
         self.logger.event(at, "rollback", f"{cfg.nan_guard_max_consecutive} non-finite steps in a row and no checkpoint "
                           "to roll back to: continuing from the current weights (the bad updates were skipped)")
         return
-    sampler_state, tokens, guard = self.sampler.state_dict(), self.tokens_seen, self.guard.state_dict()
+    sampler_state, tokens, guard = self._batches.sampler_state(), self.tokens_seen, self.guard.state_dict()
     self.load_state_dict(state, restore_data=False, where=str(path))
     self.tokens_seen = tokens; self.guard.load_state_dict(guard)      # the data and the guard's counts go on
     self.logger.event(at, "rollback", f"{cfg.nan_guard_max_consecutive} non-finite steps in a row: rolled back to "
@@ -289,6 +288,7 @@ def train_step(self: Pretrainer) -> dict:
     host, lr, early = HostCopy(flags), lr_at(self.step, cfg), self.guard.enabled and skips_on_device(self.optimizer)
     if early:                  # skipped on the GPU if not finite (guard off: applied); the host clears the grads meanwhile
         queue_update(self.optimizer, lr, skip=nonfinite(flags)); self.optimizer.zero_grad(set_to_none=not self.graphs)
+    self._batches.prefetch()                    # the next step's first batch, while the GPU still has this step queued
     loss_v, gnorm_v = host.values()                                     # the step's host sync
     verdict = self.guard.update(not agree_any(not (math.isfinite(loss_v) and math.isfinite(gnorm_v)), self.env))
     if not early:
