@@ -104,12 +104,12 @@ def annotate(t):
         def run(*args, **kw):
             with record_function(name): return fn(*args, **kw)
         return run
-    batches = t._batches
-    def next_batches():
+    inner = t._batches.it                                  # 06f's Prefetched draws from it, ahead or not
+    def drawn():
         while True:
-            with record_function("host: next batch (sampler, pin, copy)"): b = next(batches)
+            with record_function("host: next batch (sampler, pin, copy)"): b = next(inner)
             yield b
-    t._batches = next_batches()
+    t._batches.it = drawn()
     t._loss = named(t._loss, "host: model call (forward)")
     values = trainer.HostCopy.values
     trainer.HostCopy.values = lambda self: named(values, "host: the step's sync (waits for the GPU)")(self)
