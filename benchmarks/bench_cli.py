@@ -6,6 +6,12 @@ after the first (which holds the compile), and the GPU memory the run reserved (
 steps only: the evaluation at the end, the checkpoint and the sample run, outside its clock. Prints one JSON record (machine, command, date), like every script here.
 
     python benchmarks/bench_cli.py --runs 2048x16 8192x4 --out benchmarks/results/cli_h200.json
+
+Two versions of the package in one lease (cards differ by ~1.5%, so an A/B belongs in one lease): unpack the other
+commit's package beside the tree and point the runs at it, e.g.
+    git archive <commit> mamba3_lite | tar -x -C .old      # .old/ untracked, so the device run carries it
+    PYTHONPATH=$PWD/.old python benchmarks/bench_cli.py --runs 2048x16 --steps 16 --out before.json
+    python benchmarks/bench_cli.py --runs 2048x16 --steps 16 --out after.json   # the working tree's package
 """
 import argparse
 import json

@@ -1,0 +1,59 @@
+"""Registers, spilled bytes and shared memory of 05c's one-kernel backward (`bwd_chunk_kernel`) compiled for an
+sm_90 (or sm_80) GPU on a machine without one: Triton compiles for a target it does not have, and the cubin's resource
+usage is read back with the `cuobjdump` Triton ships. No timing (see `bench_bwd_chunk.py` on a GPU for that): a quick
+way to try a change to the kernel's body against the register budget before spending GPU time on it.
+
+    python benchmarks/aot_kernel_resources.py                       # the package's kernel, sm_90, 4 warps, 1 stage
+    python benchmarks/aot_kernel_resources.py --file my_variant.py  # a variant: a file defining bwd_chunk_kernel
+
+The kernel is specialised as the model launches it at the 434M model's training shape: bf16 q, k, x, dy, states and
+outputs, fp32 decays, cos, sin and decay pieces, the rotation's transpose and dx in the kernel, 64-row chunks, M/2 = 64,
+D = 64, every pointer and stride divisible by 16 (T and NC not specialised). Register counts depend on the Triton
+version (the figures in the JSON name it): compare variants on one machine.
+"""
+import argparse, importlib.util, os, re, subprocess, sys, tempfile
+
+FP32_ARGS = {"a_ptr", "cos_ptr", "sin_ptr", "da_ptr", "kdk_ptr", "gs_ptr", "dth_ptr"}
+CONSTEXPRS = dict(ROTATE=True, WITH_DX=True, F64=False, PREC="tf32", BQ=64, BN=64, BD=64)
+
+
+def resources(kernel, arch: int, num_warps: int, num_stages: int) -> dict:
+    "Compile `kernel` (a @triton.jit bwd_chunk_kernel) for sm_`arch`; its registers, stack (spills) and shared memory."
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    names = kernel.arg_names
+    sig = {n: "constexpr" if n in CONSTEXPRS else ("*fp32" if n in FP32_ARGS else "*bf16") if n.endswith("_ptr") else "i32"
+           for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n not in CONSTEXPRS and n not in ("T", "NC")}
+    compiled = triton.compile(ASTSource(kernel, sig, dict(CONSTEXPRS), attrs), target=GPUTarget("cuda", arch, 32),
+                              options=dict(num_warps=num_warps, num_stages=num_stages))
+    with tempfile.TemporaryDirectory() as d:
+        cubin = os.path.join(d, "k.cubin")
+        with open(cubin, "wb") as f: f.write(compiled.asm["cubin"])
+        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+        usage = subprocess.run([tool, "--dump-resource-usage", cubin], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+)", usage)
+    return {"registers": int(m[1]), "stack_bytes": int(m[2]), "shared_bytes": compiled.metadata.shared}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--file", help="a Python file defining bwd_chunk_kernel (default: the package's)")
+    p.add_argument("--arch", type=int, default=90); p.add_argument("--warps", type=int, nargs="+", default=[4])
+    p.add_argument("--stages", type=int, default=1); p.add_argument("--out"); a = p.parse_args()
+    os.environ.pop("TRITON_INTERPRET", None)                 # the interpreter would replace @triton.jit
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from common import emit
+    if a.file:
+        spec = importlib.util.spec_from_file_location("variant", a.file)
+        mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    else:
+        from mamba3_lite.ssd.triton import chunk_scan as mod
+    rows = [{"kernel": "bwd_chunk_kernel", "file": a.file or "mamba3_lite/ssd/triton/chunk_scan.py", "arch": f"sm_{a.arch}",
+             "warps": w, "stages": a.stages, **resources(mod.bwd_chunk_kernel, a.arch, w, a.stages)} for w in a.warps]
+    emit(rows, None, a.out, constexprs=CONSTEXPRS)
+
+
+if __name__ == "__main__":
+    main()
