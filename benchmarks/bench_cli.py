@@ -8,10 +8,12 @@ steps only: the evaluation at the end, the checkpoint and the sample run, outsid
     python benchmarks/bench_cli.py --runs 2048x16 8192x4 --out benchmarks/results/cli_h200.json
 
 Two versions of the package in one lease (cards differ by ~1.5%, so an A/B belongs in one lease): unpack the other
-commit's package beside the tree and point the runs at it, e.g.
-    git archive <commit> mamba3_lite | tar -x -C .old      # .old/ untracked, so the device run carries it
-    PYTHONPATH=$PWD/.old python benchmarks/bench_cli.py --runs 2048x16 --steps 16 --out before.json
-    python benchmarks/bench_cli.py --runs 2048x16 --steps 16 --out after.json   # the working tree's package
+commit's package beside the tree and point the runs at it, from benchmarks/ (`python -m` puts the current directory
+first on the path, and the repository root holds the working tree's package), e.g.
+    mkdir .old && git archive <commit> mamba3_lite | tar -x -C .old      # untracked: a device run carries it
+    cd benchmarks
+    PYTHONPATH=$PWD/../.old python bench_cli.py --runs 2048x16 --steps 16 --out before.json
+    PYTHONPATH=$PWD/.. python bench_cli.py --runs 2048x16 --steps 16 --out after.json      # the working tree's
 """
 import argparse
 import json
