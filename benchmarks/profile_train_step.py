@@ -8,7 +8,7 @@ The configuration is the `h200` preset with the Triton opt-in (B=16, T=2048, 2 m
 `python -m mamba3_lite.pretrain --preset h200 --model.ssd_dispatch triton` runs it; `--seq/--batch/--accum` change it.
 Timed steps run without the profiler (tokens/s); profiled steps only give the split of their wall time.
 """
-import argparse, bisect, json, os, tempfile, time
+import argparse, bisect, gc, json, os, tempfile, time
 from collections import Counter
 
 import torch
@@ -77,7 +77,8 @@ def main():
     p.add_argument("--trace", help="also keep the chrome trace here")
     p.add_argument("--preset", default="h200", help="tiny: a CPU smoke run of this script")
     p.add_argument("--annotate", action="store_true", help="name the step's host phases in the trace (next batch, "
-                   "model call, backward, the host sync), so a gap's `host_at_gap_start` says which phase the CPU was in")
+                   "model call, backward, model.train(), the guard, the host sync, Python's garbage collector), so a gap's "
+                   "`host_at_gap_start` says which phase the CPU was in")
     p.add_argument("--out")
     a = p.parse_args()
     os.environ["ENABLE_TRITON_KERNELS"] = "1"
@@ -115,6 +116,14 @@ def annotate(t):
     trainer.HostCopy.values = lambda self: named(values, "host: the step's sync (waits for the GPU)")(self)
     backward = torch.Tensor.backward
     torch.Tensor.backward = lambda self, *a, **k: named(backward, "host: backward")(self, *a, **k)
+    t.train_model.train = named(t.train_model.train, "host: model.train()")
+    t.guard.update = named(t.guard.update, "host: the guard's verdict")
+    open_gc = []
+    def gc_range(phase, info):
+        "Python's garbage collector as a range of its own (it runs inside whatever op allocated last)."
+        if phase == "start": open_gc.append(record_function(f"host: gc, generation {info['generation']}")); open_gc[-1].__enter__()
+        elif open_gc: open_gc.pop().__exit__(None, None, None)
+    gc.callbacks.append(gc_range)
 
 
 def measure(t, a):
