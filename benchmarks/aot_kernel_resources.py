@@ -11,7 +11,7 @@ outputs, fp32 decays, cos, sin and decay pieces, the rotation's transpose and dx
 D = 64, every pointer and stride divisible by 16 (T and NC not specialised). Register counts depend on the Triton
 version (the figures in the JSON name it): compare variants on one machine.
 """
-import argparse, importlib.util, os, re, subprocess, sys, tempfile
+import argparse, importlib.util, os, re, subprocess, tempfile
 
 FP32_ARGS = {"a_ptr", "cos_ptr", "sin_ptr", "da_ptr", "kdk_ptr", "gs_ptr", "dth_ptr"}
 CONSTEXPRS = dict(ROTATE=True, WITH_DX=True, F64=False, PREC="tf32", BQ=64, BN=64, BD=64)
