@@ -79,6 +79,8 @@ def main():
     p.add_argument("--annotate", action="store_true", help="name the step's host phases in the trace (next batch, "
                    "model call, backward, model.train(), the guard, the host sync, Python's garbage collector), so a gap's "
                    "`host_at_gap_start` says which phase the CPU was in")
+    p.add_argument("--look-ahead", action="store_true", help="steps as `Pretrainer.train` runs them: the next step's "
+                   "first micro-batch queued before each step's host sync (07g)")
     p.add_argument("--out")
     a = p.parse_args()
     os.environ["ENABLE_TRITON_KERNELS"] = "1"
@@ -88,17 +90,20 @@ def main():
                 max_steps=10**6, warmup_steps=10, save_every=10**9, eval_every=0, log_every=10**9, sample_tokens=0,
                 checkpoint_dir=tempfile.mkdtemp(prefix="profile_step_"))
     t = Pretrainer(build_config(a.preset, overrides=over), echo=lambda m: None, progress=False)
-    if a.annotate: annotate(t)
-    for _ in range(a.warmup): t.train_step()
+    gc_hook = annotate(t) if a.annotate else None
+    step = (lambda: t.train_step(look_ahead=True)) if a.look_ahead else t.train_step
+    for _ in range(a.warmup): step()
     sync(t.device)
-    out = {"config": {"seq": a.seq, "batch": a.batch, "accum": a.accum, "preset": a.preset,
-                      "ssd_dispatch": over["model"]["ssd_dispatch"]}, **measure(t, a)}
+    out = {"config": {"seq": a.seq, "batch": a.batch, "accum": a.accum, "preset": a.preset, "look_ahead": a.look_ahead,
+                      "ssd_dispatch": over["model"]["ssd_dispatch"]}, **measure(t, step, a)}
     t.close()
+    if gc_hook: gc.callbacks.remove(gc_hook)          # not at interpreter exit, when record_function is gone
     emit(out, device=t.device, out=a.out, benchmark="train_step_gpu_gaps")
 
 
 def annotate(t):
-    "Wrap the step's host phases in `record_function` ranges (the trainer's code is not changed: its objects are wrapped)."
+    """Wrap the step's host phases in `record_function` ranges (the trainer's code is not changed: its objects are
+    wrapped). Returns the hook it gave Python's gc."""
     from torch.profiler import record_function
     from mamba3_lite.train import trainer
     def named(fn, name):
@@ -124,11 +129,12 @@ def annotate(t):
         if phase == "start": open_gc.append(record_function(f"host: gc, generation {info['generation']}")); open_gc[-1].__enter__()
         elif open_gc: open_gc.pop().__exit__(None, None, None)
     gc.callbacks.append(gc_range)
+    return gc_range
 
 
-def measure(t, a):
-    "Median step time over `a.steps` timed steps, then the gap analysis of `a.profile_steps` profiled ones."
-    step, times = t.train_step, []
+def measure(t, step, a):
+    "Median time of `step()` over `a.steps` timed steps, then the gap analysis of `a.profile_steps` profiled ones."
+    times = []
     for _ in range(a.steps):
         t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)   # train_step ends with a host sync
     step_s = sorted(times)[len(times) // 2]

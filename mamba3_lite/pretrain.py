@@ -20,10 +20,10 @@ from .runtime import env_flag, error_line, launch_env
 from .data.shards import ShardError
 from .data.tokenizer import bits_per_byte, get_tokenizer
 from .data.loader import PretrainDataset, batches
-from .train.config import TrainingConfig, ConfigError, PRESETS, MODEL_FIELDS, coerce_field, config_warnings, suggest_field
-from .train.checkpoint import CheckpointError, DivergenceError, os_error_in
+from .train.config import TrainingConfig, ConfigError, PRESETS, MODEL_FIELDS, coerce_field, config_warnings, resolve_data_path, suggest_field
+from .train.checkpoint import CheckpointError, DivergenceError, ResumeError, os_error_in
 from .train.metrics import PEAK_BF16_FLOPS, peak_flops
-from .train.trainer import Pretrainer, ResumeError, resolve_data_path
+from .train.trainer import Pretrainer
 from .train.cost import A100_PRESET_ON_H200, GPU_SPECS, H200_MEASURED, gpu_key, projection_line, time_to_train
 
 # %% ../nbs/08_pretrain.ipynb #351572d9

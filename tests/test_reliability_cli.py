@@ -12,11 +12,10 @@ import mamba3_lite.pretrain as pretrain
 from mamba3_lite.data.shards import ShardError, write_shard
 from mamba3_lite.model import ModelConfig, Mamba3Transformer
 from mamba3_lite.pretrain import main
-from mamba3_lite.train.checkpoint import CheckpointError
+from mamba3_lite.train.checkpoint import CheckpointError, ResumeError
 from mamba3_lite.train.config import ConfigError, TrainingConfig
 from mamba3_lite.train.distributed import init_distributed
 from mamba3_lite.train.export import from_pretrained, save_pretrained
-from mamba3_lite.train.trainer import ResumeError
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from mamba3_lite.train.checkpoint import CheckpointManager, DivergenceError
+from mamba3_lite.train.checkpoint import CheckpointManager, DivergenceError, ResumeError
 from mamba3_lite.train.config import ConfigError, TrainingConfig
 from mamba3_lite.train.metrics import plot_metrics, read_metrics
 from mamba3_lite.train.optim import lr_at
-from mamba3_lite.train.trainer import Pretrainer, ResumeError
+from mamba3_lite.train.trainer import Pretrainer
 from test_training import NanAt, tiny_cfg
 
 torch.set_num_threads(1)
@@ -82,8 +82,8 @@ class InfAfter(Pretrainer):
         self.at = at
         super().__init__(cfg)
 
-    def train_step(self):
-        out = super().train_step()
+    def train_step(self, **kw):
+        out = super().train_step(**kw)
         if self.step == self.at:
             with torch.no_grad(): self.model.norm_f.weight[0] = float("inf")
             self.at = None

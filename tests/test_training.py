@@ -6,6 +6,7 @@ import json, lzma, os, shutil, socket, subprocess, sys
 from pathlib import Path
 
 import pytest
+from unittest import mock
 import torch
 
 from mamba3_lite.data.shards import write_shard
@@ -14,7 +15,8 @@ from mamba3_lite.train.config import TrainingConfig
 from mamba3_lite.train.metrics import read_metrics
 from mamba3_lite.train.optim import build_optimizer, skips_on_device
 from mamba3_lite.train.export import from_pretrained
-from mamba3_lite.train.trainer import Pretrainer, ResumeError
+from mamba3_lite.train.checkpoint import ResumeError
+from mamba3_lite.train.trainer import Pretrainer
 
 torch.set_num_threads(1)      # these models are a few thousand parameters: one thread is ~3x faster than two here
 REPO = Path(__file__).resolve().parents[1]
@@ -70,6 +72,39 @@ def test_resume_is_bit_identical(tmp_path):
     # the Hugging Face export loads back to the same weights
     assert_bit_identical(params(from_pretrained(tmp_path / "cut" / "final")), params(full.model))
     assert (tmp_path / "cut" / "loss_curve.png").stat().st_size > 1000
+
+
+class Fused(Pretrainer):
+    """A fused AdamW on the CPU (it has those kernels too): the update is queued before the host sync, as on a GPU, so
+    `train` queues each next step's first micro-batch before the sync (07g's look-ahead). Records whether it did."""
+    def __init__(self, cfg):
+        self.queued_ahead = []
+        fused = lambda model, cfg, fused=None: build_optimizer(model, cfg, fused=True)
+        with mock.patch("mamba3_lite.train.trainer.build_optimizer", fused):    # before a resume loads its state into it
+            super().__init__(cfg)
+        assert skips_on_device(self.optimizer)
+
+    def train_step(self, **kw):
+        out = super().train_step(**kw)
+        self.queued_ahead.append(self._ahead is not None)
+        return out
+
+
+def test_look_ahead_changes_no_number_and_resumes_exactly(tmp_path):
+    plain = Fused(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "plain"), eval_every=0))
+    losses = [plain.train_step()["loss"] for _ in range(12)]          # called directly: never ahead
+    full = Fused(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "full")))
+    assert full.train()["losses"] == losses and plain.queued_ahead == [False] * 12
+    assert full.queued_ahead == [True] * 11 + [False]                    # not past the run's last step
+    assert_bit_identical(params(full.model), params(plain.model))
+    cut = Fused(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "cut")))
+    cut.train(until_step=6)
+    # step 4's checkpoint was written with step 5's first micro-batch queued: it records the data before that batch
+    assert torch.load(tmp_path / "cut" / "step_00000004" / "state.pt", weights_only=False)["sampler"]["position"] == 2 * 4
+    resumed = Fused(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "cut"), resume="auto"))
+    assert resumed.step == 4 and resumed.train()["losses"] == losses[4:]
+    assert_bit_identical(params(resumed.model), params(full.model))
+    assert_bit_identical(resumed.optimizer.state_dict()["state"][0], full.optimizer.state_dict()["state"][0])
 
 
 class NanAt(Pretrainer):

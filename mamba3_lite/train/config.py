@@ -5,13 +5,14 @@
 # %% auto #0
 __all__ = ['ALIASES', 'COMPILE_MODES', 'CUDA_GRAPH_MODES', 'PARALLEL_MODES', 'MODEL_FIELDS', 'MAX_SEED', 'TINY_MODEL',
            'GPU_MODEL', 'PRESETS', 'ConfigError', 'coerce_field', 'suggest_field', 'TrainingConfig', 'model_with',
-           'field_names', 'config_warnings', 'check_ssd_device', 'check_cuda_graphs', 'busy_cores', 'cpu_threads',
-           'set_cpu_threads', 'expand_model_keys']
+           'field_names', 'config_warnings', 'check_ssd_device', 'resolve_data_path', 'check_cuda_graphs', 'busy_cores',
+           'cpu_threads', 'set_cpu_threads', 'expand_model_keys']
 
 # %% ../../nbs/07a_config.ipynb #e53eae25
 import dataclasses, difflib, json, math, os, re, time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Optional, get_type_hints
 
 from fastcore.basics import patch
@@ -21,6 +22,7 @@ from ..model import ModelConfig
 from ..runtime import parse_bool
 from ..ssd import effective_backend
 from ..data.tokenizer import TOKENIZERS, get_tokenizer, infer_tokenizer
+from ..data.corpus import builtin_corpus
 
 # %% ../../nbs/07a_config.ipynb #4b2fb965
 class ConfigError(ValueError):
@@ -251,6 +253,14 @@ def check_ssd_device(dispatch: str, device: torch.device):
     if effective_backend(dispatch) == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ConfigError(f"model.ssd_dispatch: the Triton kernels run on CUDA GPUs and this run's device is {device}; use "
                           "model.ssd_dispatch pytorch (or TRITON_INTERPRET=1, the slow interpreter the tests use)")
+
+# %% ../../nbs/07a_config.ipynb #93c88a72
+def resolve_data_path(data_path: str, tokenizer: str = "gpt2") -> Path:
+    "'builtin' is the shipped Shakespeare corpus (in `tokenizer`'s ids, made on first use); anything else must exist."
+    if data_path == "builtin": return builtin_corpus(tokenizer=tokenizer)
+    p = Path(data_path).expanduser()
+    if not p.exists(): raise ConfigError(f"data_path: {p} does not exist (a folder of train_*.bin/val_*.bin shards, a shard, or 'builtin')")
+    return p.resolve()
 
 # %% ../../nbs/07a_config.ipynb #06306858
 def check_cuda_graphs(mode: str, world_size: int):
