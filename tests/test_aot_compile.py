@@ -3,7 +3,8 @@
 No GPU is needed: Triton compiles for a target it does not have. A worker process (one per target, both at once) runs
 the package's real entry points -- `ssd_real_packed_triton` forward and backward on an in_proj output, as the model's
 block calls it; `ssd_real_chunkwise_triton` on the slices `Mamba3Block.split_projection` makes, with 05d's one-kernel
-backward and with the two-kernel one (`TUNE["bwd"] = "split"`); `scan_backward`; chapter 09f's scan ops in bf16 (the
+backward and with the two-kernel one (`TUNE["bwd"] = "split"`, with 05b's rotation inside the state pass);
+`scan_backward`; chapter 09f's scan ops in bf16 (the
 paper's Mamba-3 SISO layer on these kernels, its backward 05c's one kernel without the rotation); `per_chunk_ssd_triton`; and
 chapter 05f's `ce_chunk_inplace`, the loss head's softmax pass -- on meta tensors, with every `@triton.jit` kernel replaced by
 a recorder and `device_capability` returning the target's. So each launch's arguments, constexprs, warps and stages
@@ -26,6 +27,7 @@ Run alone: `python tests/test_aot_compile.py 80` prints one JSON record per comp
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -67,7 +69,7 @@ def _worker(cap: int, full: bool):
         def __getitem__(self, grid): return lambda *a, **k: calls.append((self.fn, a, k, scenario[0]))
 
     jit = {n: (m, v) for m in mods for n, v in vars(m).items() if isinstance(v, JITFunction) and v.__module__ == m.__name__}
-    called = {n for n in jit if any(f"{n}(" in f.src for k, (_, f) in jit.items() if k != n)}   # device helpers
+    called = {n for n in jit if any(re.search(rf"\b{n}\(", f.src) for k, (_, f) in jit.items() if k != n)}   # device helpers
     for name, (m, v) in jit.items():
         if name not in called:
             setattr(m, name, Recorder(v))                     # a launch records its arguments instead of running
@@ -151,10 +153,11 @@ def _worker(cap: int, full: bool):
                 model_ssd(cfg, dtype, **kw)
             scenario[0] = (f"{mname} {d} train, six slices", False)
             model_ssd(cfg, dtype, T=cfg.max_seq_len, state=True, backward=True, packed=False)
-            real_ssd.TUNE["bwd"] = "split"                     # the two-kernel backward and the rotation's transpose
-            scenario[0] = (f"{mname} {d} train, two-kernel backward", False)
+            # the two-kernel backward and the rotation's transpose; the forward's rotation inside the state pass
+            real_ssd.TUNE.update(bwd="split", rotate_in_state=True)
+            scenario[0] = (f"{mname} {d} train, two-kernel backward, rotation in the state pass", False)
             model_ssd(cfg, dtype, T=cfg.max_seq_len, state=True, backward=True)
-            real_ssd.TUNE["bwd"] = "chunk"
+            real_ssd.TUNE.update(bwd="chunk", rotate_in_state=False)
             scenario[0] = (f"{mname} {d} scan_backward(want_dtheta=False)", False)
             scan_no_dtheta(cfg, dtype)
             scenario[0] = (f"{mname} {d} loss head", True)

@@ -236,9 +236,10 @@ def test_real_chunked_matches_pytorch(cfg):
 
 @pytest.fixture(params=["chunk", "chunk_dx_apart", "split"])
 def backward_path(request, monkeypatch):
-    "Each of 05d's backward paths: 05c's one kernel (dx in it, or by scan_dx) and the two kernels + rotate_backward."
+    """Each of 05d's backward paths: 05c's one kernel (dx in it, or by scan_dx) and the two kernels + rotate_backward
+    (that one with the forward's rotation inside 05b's state pass, `rotate_states_forward`, instead of 05a's own kernel)."""
     tune = dict(real_ssd.TUNE, bwd="split" if request.param == "split" else "chunk",
-                chunk_dx=request.param == "chunk")
+                chunk_dx=request.param == "chunk", rotate_in_state=request.param == "split")
     monkeypatch.setattr(real_ssd, "TUNE", tune)
     return request.param
 

@@ -17,13 +17,13 @@ import torch
 from ..chunk import complex_state_from_real, real_state_from_complex
 from .phases import (check_block_dims, device_capability, phases_backward, phases_forward,
                                            require_triton, rotate_backward, rotate_forward)
-from .chunk_state import state_dtype, states_backward, states_forward
+from .chunk_state import rotate_states_forward, state_dtype, states_backward, states_forward
 from .chunk_scan import scan_backward_chunk, scan_dqdk, scan_dx, scan_y
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #018f29c6
 TUNE = dict(BC=64, BM_state=32, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4, stages_state=3,
             warps_dx=4, warps_dqdk=4, stages=2, stages_scan=2, maxnreg_scan=None, BR_rot=64, BC_dqdk=64, stages_dqdk=1,
-            bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1)
+            bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1, rotate_in_state=False)
 # (major, minor) -> the entries of TUNE that GPU changes. Hopper: the scan's output kernel with one stage and at most
 # 168 registers a thread, three programs an SM instead of two (measured on an H200; see below)
 TUNE_BY_CAPABILITY = {(9, 0): dict(stages_scan=1, maxnreg_scan=168)}
@@ -109,8 +109,11 @@ def _forward_kernels(x, B_re, B_im, C_re, C_im, dt, A_re, A_im, S0, Q):
     theta_end, q, k, alpha, cos, sin and the chunk states (kept: the backward reads them)."""
     tune = tune_for(device_capability(x))
     alpha, cos, sin, th_end = phases_forward(dt, A_re.float().contiguous(), A_im.float().contiguous(), Q)
-    q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, x.dtype, block_rows=tune["BR_rot"])
-    states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
+    if tune["rotate_in_state"]:                 # 05b's one pass for both: measured, not faster at these tiles (05b)
+        q, k, states, S_fin = rotate_states_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q, **state_blocks(tune))
+    else:
+        q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, x.dtype, block_rows=tune["BR_rot"])
+        states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
     y = scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune))
     return y, S_fin, th_end, q, k, alpha, cos, sin, states
 
