@@ -301,7 +301,6 @@ def train_step(self: Pretrainer, look_ahead: bool = False) -> dict:
     elif verdict == "rollback": self.rollback()
     return out
 
-
 # %% ../../nbs/07g_trainer.ipynb #7b0c06c1
 @patch
 @torch.no_grad()
