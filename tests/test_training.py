@@ -87,6 +87,7 @@ class Fused(Pretrainer):
     def train_step(self, **kw):
         out = super().train_step(**kw)
         self.queued_ahead.append(self._ahead is not None)
+        assert (out["ahead_s"] > 0) == (self._ahead is not None)     # its queuing time is handed to the next step
         return out
 
 

@@ -285,15 +285,17 @@ def train_step(self: Pretrainer, look_ahead: bool = False) -> dict:
     host, lr, early = HostCopy(flags), lr_at(self.step, cfg), self.guard.enabled and skips_on_device(self.optimizer)
     if early:                  # skipped on the GPU if not finite (guard off: applied); the host clears the grads meanwhile
         queue_update(self.optimizer, lr, skip=nonfinite(flags)); self.optimizer.zero_grad(set_to_none=not self.graphs)
+    ahead_s = 0.0                         # host seconds spent queuing the look-ahead (a full launch queue blocks: ~its GPU time)
     if early and look_ahead and not self.graphs:      # on the weights just updated (or kept): what the next step computes first
-        state = self._batches.sampler_state(); self._ahead = (self._micro_step(n_micro == 1), state)
+        t0, state = time.perf_counter(), self._batches.sampler_state()
+        self._ahead = (self._micro_step(n_micro == 1), state); ahead_s = time.perf_counter() - t0
     loss_v, gnorm_v = host.values()                                     # the step's host sync
     verdict = self.guard.update(not agree_any(not (math.isfinite(loss_v) and math.isfinite(gnorm_v)), self.env))
     if not early:
         if verdict == "ok": queue_update(self.optimizer, lr)
         self.optimizer.zero_grad(set_to_none=not self.graphs)                # CUDA graphs: kept (07b)
     self.step += 1; self.tokens_seen += self.tokens_per_step
-    out = {"loss": loss_v, "grad_norm": gnorm_v, "lr": lr, "verdict": verdict}
+    out = {"loss": loss_v, "grad_norm": gnorm_v, "lr": lr, "verdict": verdict, "ahead_s": ahead_s}
     self.last_loss = out["loss"]                      # a checkpoint is written only after a finite one
     if verdict == "skip":
         self.logger.event(self.step, "nan_skip", f"non-finite loss {out['loss']} or grad norm {out['grad_norm']}: update skipped "
@@ -345,7 +347,7 @@ def train(self: Pretrainer, until_step: int | None = None) -> dict:
     "Train to `max_steps` (or stop after `until_step`, for tests); log, evaluate, checkpoint, export at the end."
     cfg, env = self.cfg, self.env
     end = min(cfg.max_steps, until_step or cfg.max_steps)
-    busy, tok0, history = 0.0, self.tokens_seen, []     # tokens/s counts training steps only, not evals or saves
+    busy, carried, tok0, history = 0.0, 0.0, self.tokens_seen, []     # tokens/s counts training steps only, not evals or saves
     if self.step == 0 and env.is_main: self.echo(f"training {self.n_params:,} parameters on {env.world_size} x {self.device.type}"
                                                  + (f" ({self.threads})" if self.threads else "") + f" (SSD: {self.ssd_backend}, "
                                                  f"tokenizer: {self.tokenizer_name}); {self.tokens_per_step:,} tokens per step; logs in {cfg.checkpoint_dir}")
@@ -354,7 +356,7 @@ def train(self: Pretrainer, until_step: int | None = None) -> dict:
         while self.step < end:
             t0 = time.perf_counter()
             m = self.train_step(look_ahead=self.step + 1 < end)   # ends with a host sync (the NaN guard's verdict)
-            busy += time.perf_counter() - t0
+            busy += time.perf_counter() - t0 - m["ahead_s"] + carried; carried = m["ahead_s"]    # a look-ahead counts in its own step
             history.append(m["loss"])
             undone = m["verdict"] == "rollback"              # back at the checkpoint's step: its records exist already
             if not undone and (self.step % cfg.log_every == 0 or self.step == end):
