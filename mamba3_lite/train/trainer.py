@@ -91,7 +91,7 @@ class Pretrainer:
 
 # %% ../../nbs/07g_trainer.ipynb #22e70d1e
 @patch
-def _restart_batches(self: Pretrainer):    # 06f's Prefetched: train_step draws the next step's first batch before its sync
+def _restart_batches(self: Pretrainer):    # 06f's Prefetched: each micro-step draws the next batch after its backward
     self._batches = Prefetched(batches(self.train_ds, self.sampler, cycle=True, device=self.device, pin_memory=self.is_cuda), self.sampler)
 
 @patch
