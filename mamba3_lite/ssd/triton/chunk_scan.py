@@ -231,13 +231,13 @@ def scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, want_dtheta=False, BC=32, 
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])       # lengths vary per call: one compile serves all
     def bwd_chunk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, sin_ptr,
-                         o1_ptr, o2_ptr, o3_ptr, o4_ptr, dx_ptr, da_ptr, dth_ptr,
+                         o1_ptr, o2_ptr, o3_ptr, o4_ptr, dx_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr,
                          sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, sgb, sgt, sgh,
                          T, H, NH, D, Q, NC, ROTATE: tl.constexpr, WITH_DX: tl.constexpr, F64: tl.constexpr,
                          PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
         """One whole chunk of one (b, h), M = 2 NH as two halves. Writes dq, dk to o1, o3 (both halves each), or with
         ROTATE the rotation's transpose: dC_re, dC_im, dB_re, dB_im to o1..o4; with WITH_DX also dx; always the
-        decay gradient dalpha (the chunk end's terms included) and the phase gradient dq.Jq + dk.Jk."""
+        decay pieces q.dq - k.dk, k.dk_state, <G, S_in> and the phase gradient dq.Jq + dk.Jk."""
         pid = tl.program_id(0)
         h, c, b = pid % H, (pid // H) % NC, pid // (H * NC)
         offs, offs_n, offs_d = tl.arange(0, BQ), tl.arange(0, BN), tl.arange(0, BD)
@@ -262,7 +262,7 @@ if HAS_TRITON:
         G1 = tl.load(dst_ptr + so, mask=mnd, other=0.).to(xs.dtype)
         G2 = tl.load(dst_ptr + so + NH * D, mask=mnd, other=0.).to(xs.dtype)
         gs = tl.sum(tl.sum(S1.to(w.dtype) * G1.to(w.dtype) + S2.to(w.dtype) * G2.to(w.dtype), axis=1), axis=0)
-        end = tl.exp(a_end) * gs        # the chunk end's decay gradient: e^{a_end} <G, S_in> + sum_s k_s . dk_state_s
+        tl.store(gs_ptr + (b * NC + c) * H + h, gs)
         # each gradient stored as soon as it is complete, in the order dq, dx, dk that ends the scores' lives
         # earliest: fewer tiles live at once, fewer spilled registers
         ea = tl.exp(a)[:, None]
@@ -288,7 +288,7 @@ if HAS_TRITON:
         dk1 = dot(xs, tl.trans(G1), F64, PREC) * w                                      # the chunk-state part first:
         dk2 = dot(xs, tl.trans(G2), F64, PREC) * w                                      # its k . dk is w's gradient
         k1f, k2f = k1.to(dk1.dtype), k2.to(dk1.dtype)
-        end += tl.sum(tl.sum(k1f * dk1 + k2f * dk2, axis=1), axis=0)
+        kdk = tl.sum(k1f * dk1 + k2f * dk2, axis=1)
         dk1 += dot(tl.trans(dA), q1, F64, PREC)
         dk2 += dot(tl.trans(dA), q2, F64, PREC)
         da -= tl.sum(k1f * dk1 + k2f * dk2, axis=1)
@@ -298,9 +298,9 @@ if HAS_TRITON:
             tl.store(o4_ptr + oo, (si * dk1 - co * dk2).to(ty), mask=mtn)
         else:
             tl.store(o3_ptr + oo, dk1.to(ty), mask=mtn); tl.store(o3_ptr + oo + NH, dk2.to(ty), mask=mtn)
-        da += tl.where(offs == Q - 1, end, 0.)              # at the chunk's last step, as `chunk_end_terms` adds it
         part = (b * NC * Q + c * Q + offs) * H + h                                       # (B, NC*Q, H)
         tl.store(da_ptr + part, da, mask=offs < Q)
+        tl.store(kdk_ptr + part, kdk, mask=offs < Q)
         tl.store(dth_ptr + part, dth, mask=offs < Q)
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #ab720506
@@ -326,12 +326,13 @@ def scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos=None, sin=No
         outs = [torch.empty_like(q), None, torch.empty_like(k), None]
         outs[1] = outs[3] = outs[0]
     dx = (out[4] if out is not None else torch.empty(Bsz, T, H, D, dtype=dy.dtype, device=dy.device)) if with_dx else dy
-    da, dth = (torch.empty(Bsz, NC * Q, H, dtype=acc, device=q.device) for _ in range(2))
+    da, kdk, dth = (torch.empty(Bsz, NC * Q, H, dtype=acc, device=q.device) for _ in range(3))
+    gs = torch.empty(Bsz, NC, H, dtype=acc, device=q.device)
     cs = (cos, sin) if rotate else (alpha, alpha)                                       # never read without ROTATE
     bwd_chunk_kernel[(Bsz * NC * H,)](
-        q, k, x, dy, alpha, states, dstates, *cs, *outs, dx, da, dth, *strides3(q), *strides3(k),
+        q, k, x, dy, alpha, states, dstates, *cs, *outs, dx, da, kdk, gs, dth, *strides3(q), *strides3(k),
         *strides3(x), *strides3(dy), *strides3(outs[0]), *strides3(dx), T, H, M // 2, D, Q, NC,
         ROTATE=rotate, WITH_DX=with_dx, F64=acc == torch.float64, PREC=dot_precision(q.dtype),
         BQ=block_size(Q), BN=block_size(M // 2), BD=block_size(D), num_warps=num_warps, num_stages=num_stages)
     grads = (outs[2], outs[3], outs[0], outs[1]) if rotate else (outs[0], outs[2])
-    return grads, (dx if with_dx else None), da, dth
+    return grads, (dx if with_dx else None), chunk_end_terms(da, kdk, gs, alpha, Q), dth
