@@ -195,11 +195,9 @@ if HAS_TRITON:
 # %% ../../../nbs/05a_triton_phases.ipynb #7353de90
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])
-    def phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, kdk_ptr, gs_ptr, a_ptr, ddt_ptr, dare_ptr,
-                           daim_ptr, sdb, sdt, sdh, T, H, Q, NC, HAS_DTHEND: tl.constexpr, HAS_END: tl.constexpr,
-                           BQ: tl.constexpr, CB: tl.constexpr):
-        """Transpose of the above, tiles in reverse: suffix sums of dalpha (within a chunk) and dtheta (whole sequence,
-        fp64). With HAS_END, dalpha comes in 05c's pieces and each chunk's last step gets its end terms added here."""
+    def phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, ddt_ptr, dare_ptr, daim_ptr,
+                           sdb, sdt, sdh, T, H, Q, NC, HAS_DTHEND: tl.constexpr, BQ: tl.constexpr, CB: tl.constexpr):
+        "Transpose of the above, tiles in reverse: suffix sums of dalpha (within a chunk) and dtheta (whole sequence, fp64)."
         pid = tl.program_id(0)
         b, h = pid // H, pid % H
         a_re = tl.load(are_ptr + h).to(tl.float32)
@@ -219,11 +217,6 @@ if HAS_TRITON:
             x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
             sp = tl.where(m, _softplus(x), 0.0)
             da = tl.load(da_ptr + (b * NC * Q + t) * H + h, mask=inq, other=0.)     # padded rows count: alpha_end
-            if HAS_END:     # 05c's `chunk_end_terms`: sum_s k_s . dk_state_s + e^{alpha_end} <G, S_in> at the last step
-                kd = tl.load(kdk_ptr + (b * NC * Q + t) * H + h, mask=inq, other=0.)
-                ae = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h, mask=c < NC, other=0.)
-                gv = tl.load(gs_ptr + (b * NC + c) * H + h, mask=c < NC, other=0.)
-                da += tl.where(offs[None, :] == Q - 1, (tl.sum(kd, axis=1) + tl.exp(ae) * gv)[:, None], 0.)
             a_suf = tl.sum(da, axis=1)[:, None] - tl.cumsum(da, axis=1) + da       # sum_{u >= t in chunk} dalpha_u
             g = tl.load(dth_ptr + (b * NC * Q + t) * H + h, mask=m, other=0.).to(tl.float64)
             row = tl.sum(g, axis=1)                                                 # (CB,)
@@ -258,17 +251,15 @@ def phases_forward(dt, A_re, A_im, Q, CB=None):
                                   BQ=block_size(Q), CB=CB or chunks_per_tile(Q))
     return alpha, cos, sin, theta_end
 
-def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q, CB=None, end_terms=None):
+def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q, CB=None):
     """The transpose of `phases_forward`: dalpha and dtheta (B, NC*Q, H) fp32, dtheta_end (B,H) or None. Returns
-    d(dt) (B,T,H) in dt's dtype, dA_re and dA_im (H,) fp32. `end_terms`: (kdk, gs, alpha) of 05c's one-kernel
-    backward, whose chunk-end terms are then added to dalpha here (its `chunk_end_terms`, in this kernel)."""
+    d(dt) (B,T,H) in dt's dtype, dA_re and dA_im (H,) fp32."""
     Bsz, T, H = dt.shape
     NC = dalpha.shape[1] // Q
     ddt = torch.empty(Bsz, T, H, dtype=dt.dtype, device=dt.device)
     dare, daim = (torch.empty(Bsz, H, dtype=torch.float32, device=dt.device) for _ in range(2))
     dthe = None if dtheta_end is None else dtheta_end.float().contiguous()
-    ends = end_terms or (dalpha, dalpha, dalpha)                                      # never read without HAS_END
-    phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, dalpha, dtheta, dthe if dthe is not None else dare, *ends, ddt, dare,
-                                  daim, *dt.stride(), T, H, Q, NC, HAS_DTHEND=dthe is not None,
-                                  HAS_END=end_terms is not None, BQ=block_size(Q), CB=CB or chunks_per_tile(Q))
+    phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, dalpha, dtheta, dthe if dthe is not None else dare, ddt, dare, daim,
+                                  *dt.stride(), T, H, Q, NC, HAS_DTHEND=dthe is not None, BQ=block_size(Q),
+                                  CB=CB or chunks_per_tile(Q))
     return ddt, dare.sum(0), daim.sum(0)

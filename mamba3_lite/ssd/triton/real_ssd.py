@@ -84,8 +84,7 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
     """The scan's backward through the rotation: `scan_backward` with the phase gradient, then the rotation's
     transpose — as one kernel (05c's `scan_backward_chunk`) where `one_kernel_backward` allows, else the two-kernel
     scan and 05a's `rotate_backward`. `states`: the forward's entering states. Returns dB_re, dB_im, dC_re, dC_im
-    (in `bc_dtype`), dx, dalpha, dS0 (None without S0), dtheta; the one kernel writes the first five into `out` if given,
-    and gives dalpha as its pieces (da, kdk, gs), for `phases_backward(end_terms=...)` to finish."""
+    (in `bc_dtype`), dx, dalpha, dS0 (None without S0), dtheta; the one kernel writes the first five into `out` if given."""
     tune = tune or tune_for(device_capability(q))
     if not one_kernel_backward(tune, Q, q.shape[-1]):
         dq, dk, dx, dalpha, dS0, dtheta = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, True, tune, states)
@@ -94,7 +93,7 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
     dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune))
     bc, dx, dalpha, dtheta = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, bc_dtype,
                                                  with_dx=tune["chunk_dx"], num_warps=tune["warps_chunk"],
-                                                 num_stages=tune["stages_chunk"], out=out, end_terms_apart=True)
+                                                 num_stages=tune["stages_chunk"], out=out)
     if dx is None:
         dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
                      num_stages=tune["stages"])
@@ -155,11 +154,7 @@ def _backward_kernels(dy, dS_fin, dth_end, q, k, x, alpha, cos, sin, dt, states,
     transpose. Returns (dB_re, dB_im, dC_re, dC_im), dx, ddt, dA_re, dA_im, dS0 (zeros without S0: an op returns tensors)."""
     *dbc, dx, dalpha, dS0, dtheta = scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype, states,
                                                           out=out)
-    ends = None
-    if isinstance(dalpha, tuple):             # the one kernel's pieces: their chunk-end terms are added in 05a's kernel
-        dalpha, kdk, gs = dalpha; ends = (kdk, gs, alpha)
-    ddt, dare, daim = phases_backward(dt, A_re.float().contiguous(), A_im.float().contiguous(), dalpha, dtheta, dth_end, Q,
-                                      end_terms=ends)
+    ddt, dare, daim = phases_backward(dt, A_re.float().contiguous(), A_im.float().contiguous(), dalpha, dtheta, dth_end, Q)
     dS0 = torch.zeros_like(dalpha[:1, :1, :1]) if dS0 is None else dS0
     return dbc, dx, ddt, dare.to(A_re.dtype), daim.to(A_im.dtype), dS0
 
