@@ -15,6 +15,26 @@ if HAS_TRITON:
     import triton.language as tl
     from mamba3_lite.ssd.triton.phases import dot
 
+# %% ../../../nbs/05b_triton_chunk_state.ipynb #e9f5ee3b
+if HAS_TRITON:
+    @triton.jit
+    def entering_state(s0_ptr, sf_ptr, pid_bh, M, D, md, mmd, HAS_S0: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
+        "The running state's tile before the first chunk: S0's (or zeros), in the final state's dtype (fp32; fp64 for fp64)."
+        S = tl.zeros([BM, BD], dtype=sf_ptr.dtype.element_ty)
+        if HAS_S0:
+            S = tl.load(s0_ptr + pid_bh * M * D + md, mask=mmd, other=0.).to(sf_ptr.dtype.element_ty)
+        return S
+
+    @triton.jit
+    def chunk_decays(a_ptr, b, c, h, T, H, Q, NC, offs_s):
+        """Chunk c of one (b, h): alpha at its last step, its steps' global indices, the mask of real steps (< T), and
+        the decays to the chunk end w_s = e^{alpha_end - alpha_s}, masked to -inf before the exponential (exponent <= 0)."""
+        a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
+        t_s = c * Q + offs_s
+        ms = (offs_s < Q) & (t_s < T)
+        a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
+        return a_end, t_s, ms, tl.exp(tl.where(ms, a_end - a_s, float("-inf")))
+
 # %% ../../../nbs/05b_triton_chunk_state.ipynb #dfe4e29e
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])       # lengths vary per call: one compile serves all
@@ -32,17 +52,10 @@ if HAS_TRITON:
         offs_s = tl.arange(0, BQ)
         mmd = (offs_m < M)[:, None] & (offs_d < D)[None, :]
         md = offs_m[:, None] * D + offs_d[None, :]
-        if HAS_S0:                                    # the running state is fp32 (fp64 for fp64); stored copies may be bf16
-            S = tl.load(s0_ptr + pid_bh * M * D + md, mask=mmd, other=0.).to(sf_ptr.dtype.element_ty)
-        else:
-            S = tl.zeros([BM, BD], dtype=sf_ptr.dtype.element_ty)
+        S = entering_state(s0_ptr, sf_ptr, pid_bh, M, D, md, mmd, HAS_S0, BM, BD)     # fp32; stored copies may be bf16
         for c in range(NC):
             tl.store(st_ptr + ((b * NC + c) * H + h) * M * D + md, S.to(st_ptr.dtype.element_ty), mask=mmd)
-            a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
-            t_s = c * Q + offs_s
-            ms = (offs_s < Q) & (t_s < T)
-            a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
-            w = tl.exp(tl.where(ms, a_end - a_s, float("-inf")))                    # decay to the chunk end, exponent <= 0
+            a_end, t_s, ms, w = chunk_decays(a_ptr, b, c, h, T, H, Q, NC, offs_s)
             kT = tl.load(k_ptr + b * skb + t_s[None, :] * skt + h * skh + offs_m[:, None],
                          mask=(offs_m < M)[:, None] & ms[None, :], other=0.)              # (BM, BQ)
             xs = tl.load(x_ptr + b * sxb + t_s[:, None] * sxt + h * sxh + offs_d[None, :],
@@ -141,17 +154,10 @@ if HAS_TRITON:
         md = offs_m[:, None] * D + offs_d[None, :]
         first = (offs_m < NH)[:, None]                          # rows of M's first half: the cosine-first rows
         n = tl.where(offs_m < NH, offs_m, offs_m - NH)          # the column of B and C a row is made from
-        if HAS_S0:
-            S = tl.load(s0_ptr + pid_bh * M * D + md, mask=mmd, other=0.).to(sf_ptr.dtype.element_ty)
-        else:
-            S = tl.zeros([BM, BD], dtype=sf_ptr.dtype.element_ty)
+        S = entering_state(s0_ptr, sf_ptr, pid_bh, M, D, md, mmd, HAS_S0, BM, BD)
         for c in range(NC):
             tl.store(st_ptr + ((b * NC + c) * H + h) * M * D + md, S.to(st_ptr.dtype.element_ty), mask=mmd)
-            a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
-            t_s = c * Q + offs_s
-            ms = (offs_s < Q) & (t_s < T)
-            a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
-            w = tl.exp(tl.where(ms, a_end - a_s, float("-inf")))                    # decay to the chunk end, exponent <= 0
+            a_end, t_s, ms, w = chunk_decays(a_ptr, b, c, h, T, H, Q, NC, offs_s)
             mk = mm[:, None] & ms[None, :]
             co = tl.load(cos_ptr + (b * T + t_s) * H + h, mask=ms, other=0.)[None, :]
             si = tl.load(sin_ptr + (b * T + t_s) * H + h, mask=ms, other=0.)[None, :]
