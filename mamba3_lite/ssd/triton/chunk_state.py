@@ -8,7 +8,7 @@ __all__ = ['state_dtype', 'states_forward', 'states_backward', 'rotate_states_fo
 # %% ../../../nbs/05b_triton_chunk_state.ipynb #cd7c2d01
 import torch
 
-from .phases import HAS_TRITON, block_size, dot_precision, strides3
+from .phases import HAS_TRITON, block_size, dot_precision, one_layout, strides3
 
 if HAS_TRITON:
     import triton
@@ -182,9 +182,7 @@ def rotate_states_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q, BM=
     """05a's `rotate_forward` and `states_forward` in one pass: B, C (B,T,H,N) with any (batch, time, head) strides
     (copied to one layout unless all four share one), cos, sin (B,T,H) fp32, x, alpha, S0 as `states_forward` takes
     them. Returns q, k (B,T,H,2N) in x's dtype, the states entering each chunk and the final state."""
-    bc = [B_re, B_im, C_re, C_im]
-    if any(t.stride() != B_re.stride() or t.stride(-1) != 1 for t in bc):
-        bc = [t.contiguous() for t in bc]
+    bc = one_layout(B_re, B_im, C_re, C_im)                                           # 05a's rule, as rotate_forward
     Bsz, T, H, N = B_re.shape
     M, D, NC, acc = 2 * N, x.shape[-1], alpha.shape[1] // Q, alpha.dtype
     BM, BD = min(BM, block_size(M)), min(BD, block_size(D))

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['INTERPRET', 'MAX_BLOCK', 'MAX_SHARED_PER_BLOCK', 'require_triton', 'check_block_dims', 'block_size', 'dot_precision',
-           'strides3', 'device_capability', 'rotate_forward', 'rotate_backward', 'chunks_per_tile', 'phases_forward',
-           'phases_backward', 'HAS_TRITON']
+           'strides3', 'device_capability', 'one_layout', 'rotate_forward', 'rotate_backward', 'chunks_per_tile',
+           'phases_forward', 'phases_backward', 'HAS_TRITON']
 
 # %% ../../../nbs/05a_triton_phases.ipynb #24fad4d6
 import math
@@ -125,12 +125,16 @@ if HAS_TRITON:
         tl.store(dbi_ptr + g, (si * dk1 - co * dk2).to(ty), mask=m2)
 
 # %% ../../../nbs/05a_triton_phases.ipynb #5271a754
+def one_layout(*ts) -> list:
+    "The tensors as they are if they share one layout with a unit last stride (a kernel indexes all with one set of strides), else contiguous copies."
+    if any(t.stride() != ts[0].stride() or t.stride(-1) != 1 for t in ts):
+        return [t.contiguous() for t in ts]
+    return list(ts)
+
 def rotate_forward(B_re, B_im, C_re, C_im, cos, sin, dtype, block_rows=64):
     """`rotate_bc` on one kernel: B, C (B,T,H,N) in any float dtype with any (batch, time, head) strides (converted to
     contiguous unless all four share one layout), cos, sin of theta (B,T,H) fp32 contiguous. Returns q, k (B,T,H,2N) in `dtype`."""
-    bc = [B_re, B_im, C_re, C_im]
-    if any(t.stride() != B_re.stride() or t.stride(-1) != 1 for t in bc):
-        bc = [t.contiguous() for t in bc]
+    bc = one_layout(B_re, B_im, C_re, C_im)
     Bsz, T, H, N = B_re.shape
     q = torch.empty(Bsz, T, H, 2 * N, dtype=dtype, device=B_re.device)
     k = torch.empty_like(q)
