@@ -68,6 +68,16 @@ def gaps_from_trace(trace: dict, min_gap_us: float = 5.0) -> dict:
             "host_ms_by_op": {k: round(v / 1e3, 3) for k, v in host_time.most_common()}, "largest_gaps": top}
 
 
+def kernel_table(trace: dict, steps: int) -> dict:
+    "GPU activities (kernels, copies, memsets) per step: how many, and each name's count and milliseconds, largest first."
+    gpu = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+    n, ms = Counter(), Counter()
+    for e in gpu: n[e["name"][:110]] += 1; ms[e["name"][:110]] += e["dur"] / 1e3
+    return {"launches_per_step": round(len(gpu) / steps, 1),
+            "by_name": [{"name": k, "calls_per_step": round(n[k] / steps, 1), "ms_per_step": round(v / steps, 3)}
+                        for k, v in ms.most_common()]}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seq", type=int, default=2048); p.add_argument("--batch", type=int, default=16)
@@ -148,7 +158,8 @@ def measure(t, step, a):
     with open(path) as f: trace = json.load(f)
     out = {"step_ms_median": round(1e3 * step_s, 2), "tokens_per_s": round(t.tokens_per_step / step_s),
            "steps_ms": [round(1e3 * s, 2) for s in times], "profiled_steps": a.profile_steps,
-           "profiled_wall_ms_per_step": round(1e3 * profiled_s / a.profile_steps, 2), "gaps": gaps_from_trace(trace)}
+           "profiled_wall_ms_per_step": round(1e3 * profiled_s / a.profile_steps, 2), "gaps": gaps_from_trace(trace),
+           "kernels": kernel_table(trace, a.profile_steps)}
     out["gaps"]["per_step_idle_ms"] = round(out["gaps"]["gpu_idle_ms"] / a.profile_steps, 2)
     print(json.dumps({k: v for k, v in out.items() if k != "gaps"}), flush=True)
     return out

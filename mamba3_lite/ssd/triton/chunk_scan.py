@@ -305,11 +305,12 @@ if HAS_TRITON:
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #ab720506
 def scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos=None, sin=None, bc_dtype=None, with_dx=True,
-                        num_warps=4, num_stages=1, out=None):
+                        num_warps=4, num_stages=1, out=None, end_terms_apart=False):
     """`scan_dqdk` (with the phase gradient) and `scan_dx` in one launch per (b, chunk, h), for M even and a chunk that
     fits one block. Returns (dq, dk) — or, given cos and sin (B,T,H) of the rotation, (dB_re, dB_im, dC_re, dC_im)
     (B,T,H,M/2) in `bc_dtype` — then dx (None without `with_dx`), dalpha (B, NC*Q, H) and dtheta (B, NC*Q, H).
-    `out`: with cos and sin, (dB_re, dB_im, dC_re, dC_im, dx) tensors to write instead (any strides, the four alike)."""
+    `out`: with cos and sin, (dB_re, dB_im, dC_re, dC_im, dx) tensors to write instead (any strides, the four alike).
+    `end_terms_apart`: dalpha's pieces (da, kdk, gs) instead of dalpha, for 05a's `phases_backward(end_terms=...)`."""
     Bsz, T, H, M = q.shape
     D, NC, acc = x.shape[-1], alpha.shape[1] // Q, alpha.dtype
     check_block_dims(chunk_size=Q)
@@ -335,4 +336,5 @@ def scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos=None, sin=No
         ROTATE=rotate, WITH_DX=with_dx, F64=acc == torch.float64, PREC=dot_precision(q.dtype),
         BQ=block_size(Q), BN=block_size(M // 2), BD=block_size(D), num_warps=num_warps, num_stages=num_stages)
     grads = (outs[2], outs[3], outs[0], outs[1]) if rotate else (outs[0], outs[2])
-    return grads, (dx if with_dx else None), chunk_end_terms(da, kdk, gs, alpha, Q), dth
+    dalpha = (da, kdk, gs) if end_terms_apart else chunk_end_terms(da, kdk, gs, alpha, Q)
+    return grads, (dx if with_dx else None), dalpha, dth

@@ -8,7 +8,6 @@ __all__ = ['INTERPRET', 'MAX_BLOCK', 'MAX_SHARED_PER_BLOCK', 'require_triton', '
            'phases_forward', 'phases_backward', 'HAS_TRITON']
 
 # %% ../../../nbs/05a_triton_phases.ipynb #24fad4d6
-import math
 import os
 
 import torch
@@ -164,7 +163,7 @@ if HAS_TRITON:
 # %% ../../../nbs/05a_triton_phases.ipynb #65200276
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])
-    def phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, tp_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr,
+    def phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr,
                            sdb, sdt, sdh, T, H, Q, NC, BQ: tl.constexpr, CB: tl.constexpr):
         """One (b, h): alpha = chunk-local cumsum of softplus(dt) Re A (fp32); theta = fp64 running sum of softplus(dt)
         Im A mod 2pi. One loop step takes a tile of CB chunks x BQ steps: few, wide steps instead of NC narrow ones."""
@@ -173,7 +172,7 @@ if HAS_TRITON:
         a_re = tl.load(are_ptr + h).to(tl.float32)
         a_im = tl.load(aim_ptr + h).to(tl.float64)
         offs, offs_c = tl.arange(0, BQ), tl.arange(0, CB)
-        two_pi = tl.load(tp_ptr)                     # fp64 2*pi from memory: a Python float literal may be fp32 here
+        two_pi = tl.full([], 6.283185307179586, tl.float64)   # 2*pi built as fp64 (a bare float literal would be fp32)
         carry = tl.sum(tl.zeros([CB], dtype=tl.float64), axis=0)                    # fp64 phase carried over tiles
         for c0 in range(0, NC, CB):
             c = c0 + offs_c                                                         # (CB,) chunk index
@@ -199,9 +198,11 @@ if HAS_TRITON:
 # %% ../../../nbs/05a_triton_phases.ipynb #7353de90
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])
-    def phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, ddt_ptr, dare_ptr, daim_ptr,
-                           sdb, sdt, sdh, T, H, Q, NC, HAS_DTHEND: tl.constexpr, BQ: tl.constexpr, CB: tl.constexpr):
-        "Transpose of the above, tiles in reverse: suffix sums of dalpha (within a chunk) and dtheta (whole sequence, fp64)."
+    def phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, kdk_ptr, gs_ptr, a_ptr, ddt_ptr, dare_ptr,
+                           daim_ptr, sdb, sdt, sdh, sob, sot, soh, T, H, Q, NC, HAS_DTHEND: tl.constexpr, HAS_END: tl.constexpr,
+                           BQ: tl.constexpr, CB: tl.constexpr):
+        """Transpose of the above, tiles in reverse: suffix sums of dalpha (within a chunk) and dtheta (whole sequence,
+        fp64). With HAS_END, dalpha comes in 05c's pieces and each chunk's last step gets its end terms added here."""
         pid = tl.program_id(0)
         b, h = pid // H, pid % H
         a_re = tl.load(are_ptr + h).to(tl.float32)
@@ -221,6 +222,11 @@ if HAS_TRITON:
             x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
             sp = tl.where(m, _softplus(x), 0.0)
             da = tl.load(da_ptr + (b * NC * Q + t) * H + h, mask=inq, other=0.)     # padded rows count: alpha_end
+            if HAS_END:     # 05c's `chunk_end_terms`: sum_s k_s . dk_state_s + e^{alpha_end} <G, S_in> at the last step
+                kd = tl.load(kdk_ptr + (b * NC * Q + t) * H + h, mask=inq, other=0.)
+                ae = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h, mask=c < NC, other=0.)
+                gv = tl.load(gs_ptr + (b * NC + c) * H + h, mask=c < NC, other=0.)
+                da += tl.where(offs[None, :] == Q - 1, (tl.sum(kd, axis=1) + tl.exp(ae) * gv)[:, None], 0.)
             a_suf = tl.sum(da, axis=1)[:, None] - tl.cumsum(da, axis=1) + da       # sum_{u >= t in chunk} dalpha_u
             g = tl.load(dth_ptr + (b * NC * Q + t) * H + h, mask=m, other=0.).to(tl.float64)
             row = tl.sum(g, axis=1)                                                 # (CB,)
@@ -229,7 +235,7 @@ if HAS_TRITON:
             carry += tl.sum(row, axis=0)
             dsp = a_re * a_suf + (a_im * th_suf).to(tl.float32)
             sig = 1.0 / (1.0 + tl.exp(-x))
-            tl.store(ddt_ptr + (b * T + t) * H + h, (dsp * sig).to(ddt_ptr.dtype.element_ty), mask=m)
+            tl.store(ddt_ptr + b * sob + t * sot + h * soh, (dsp * sig).to(ddt_ptr.dtype.element_ty), mask=m)
             acc_re += tl.sum(tl.sum((sp * a_suf).to(tl.float64), axis=1), axis=0)
             acc_im += tl.sum(tl.sum(sp.to(tl.float64) * th_suf, axis=1), axis=0)
         tl.store(dare_ptr + pid, acc_re.to(tl.float32))
@@ -250,20 +256,22 @@ def phases_forward(dt, A_re, A_im, Q, CB=None):
     alpha = torch.empty(Bsz, NC * Q, H, dtype=torch.float32, device=dt.device)
     cos, sin = (torch.empty(Bsz, T, H, dtype=torch.float32, device=dt.device) for _ in range(2))
     theta_end = torch.empty(Bsz, H, dtype=torch.float32, device=dt.device)
-    two_pi = torch.full((1,), 2 * math.pi, dtype=torch.float64, device=dt.device)
-    phases_fwd_kernel[(Bsz * H,)](dt, A_re, A_im, two_pi, alpha, cos, sin, theta_end, *dt.stride(), T, H, Q, NC,
+    phases_fwd_kernel[(Bsz * H,)](dt, A_re, A_im, alpha, cos, sin, theta_end, *dt.stride(), T, H, Q, NC,
                                   BQ=block_size(Q), CB=CB or chunks_per_tile(Q))
     return alpha, cos, sin, theta_end
 
-def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q, CB=None):
+def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q, CB=None, end_terms=None, out=None):
     """The transpose of `phases_forward`: dalpha and dtheta (B, NC*Q, H) fp32, dtheta_end (B,H) or None. Returns
-    d(dt) (B,T,H) in dt's dtype, dA_re and dA_im (H,) fp32."""
+    d(dt) (B,T,H) in dt's dtype, dA_re and dA_im (H,) fp32. `end_terms`: (kdk, gs, alpha) of 05c's one-kernel
+    backward, whose chunk-end terms are then added to dalpha here (its `chunk_end_terms`, in this kernel). `out`: a
+    (B,T,H) tensor of any strides, dt's dtype, to write d(dt) into (a slice of the projection's gradient)."""
     Bsz, T, H = dt.shape
     NC = dalpha.shape[1] // Q
-    ddt = torch.empty(Bsz, T, H, dtype=dt.dtype, device=dt.device)
+    ddt = torch.empty(Bsz, T, H, dtype=dt.dtype, device=dt.device) if out is None else out
     dare, daim = (torch.empty(Bsz, H, dtype=torch.float32, device=dt.device) for _ in range(2))
     dthe = None if dtheta_end is None else dtheta_end.float().contiguous()
-    phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, dalpha, dtheta, dthe if dthe is not None else dare, ddt, dare, daim,
-                                  *dt.stride(), T, H, Q, NC, HAS_DTHEND=dthe is not None, BQ=block_size(Q),
-                                  CB=CB or chunks_per_tile(Q))
+    ends = end_terms or (dalpha, dalpha, dalpha)                                      # never read without HAS_END
+    phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, dalpha, dtheta, dthe if dthe is not None else dare, *ends, ddt, dare,
+                                  daim, *dt.stride(), *ddt.stride(), T, H, Q, NC, HAS_DTHEND=dthe is not None,
+                                  HAS_END=end_terms is not None, BQ=block_size(Q), CB=CB or chunks_per_tile(Q))
     return ddt, dare.sum(0), daim.sum(0)

@@ -84,7 +84,8 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
     """The scan's backward through the rotation: `scan_backward` with the phase gradient, then the rotation's
     transpose — as one kernel (05c's `scan_backward_chunk`) where `one_kernel_backward` allows, else the two-kernel
     scan and 05a's `rotate_backward`. `states`: the forward's entering states. Returns dB_re, dB_im, dC_re, dC_im
-    (in `bc_dtype`), dx, dalpha, dS0 (None without S0), dtheta; the one kernel writes the first five into `out` if given."""
+    (in `bc_dtype`), dx, dalpha, dS0 (None without S0), dtheta; the one kernel writes the first five into `out` if given,
+    and gives dalpha as its pieces (da, kdk, gs), for `phases_backward(end_terms=...)` to finish."""
     tune = tune or tune_for(device_capability(q))
     if not one_kernel_backward(tune, Q, q.shape[-1]):
         dq, dk, dx, dalpha, dS0, dtheta = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, True, tune, states)
@@ -93,7 +94,7 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
     dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune))
     bc, dx, dalpha, dtheta = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, bc_dtype,
                                                  with_dx=tune["chunk_dx"], num_warps=tune["warps_chunk"],
-                                                 num_stages=tune["stages_chunk"], out=out)
+                                                 num_stages=tune["stages_chunk"], out=out, end_terms_apart=True)
     if dx is None:
         dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
                      num_stages=tune["stages"])
@@ -149,13 +150,19 @@ def _(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, S0, Q):
     return y, S_fin, th_end, q, k, x.new_empty(Bsz, T, H, D, dtype=cd), alpha, cos, sin, dt.new_empty(Bsz, T, H), states
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #f508d142
-def _backward_kernels(dy, dS_fin, dth_end, q, k, x, alpha, cos, sin, dt, states, A_re, A_im, S0, Q, bc_dtype, out=None):
+def _backward_kernels(dy, dS_fin, dth_end, q, k, x, alpha, cos, sin, dt, states, A_re, A_im, S0, Q, bc_dtype, out=None,
+                      out_ddt=None):
     """The scan's backward through the rotation (`scan_backward_rotated`, into `out` where it can), then the phases'
-    transpose. Returns (dB_re, dB_im, dC_re, dC_im), dx, ddt, dA_re, dA_im, dS0 (zeros without S0: an op returns tensors)."""
+    transpose (d(dt) into `out_ddt` if given). Returns (dB_re, dB_im, dC_re, dC_im), dx, ddt, dA_re, dA_im, dS0
+    (without S0 an unread one-element placeholder: an op returns tensors)."""
     *dbc, dx, dalpha, dS0, dtheta = scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype, states,
                                                           out=out)
-    ddt, dare, daim = phases_backward(dt, A_re.float().contiguous(), A_im.float().contiguous(), dalpha, dtheta, dth_end, Q)
-    dS0 = torch.zeros_like(dalpha[:1, :1, :1]) if dS0 is None else dS0
+    ends = None
+    if isinstance(dalpha, tuple):             # the one kernel's pieces: their chunk-end terms are added in 05a's kernel
+        dalpha, kdk, gs = dalpha; ends = (kdk, gs, alpha)
+    ddt, dare, daim = phases_backward(dt, A_re.float().contiguous(), A_im.float().contiguous(), dalpha, dtheta, dth_end, Q,
+                                      end_terms=ends, out=out_ddt)
+    dS0 = dalpha.new_empty(1, 1, 1) if dS0 is None else dS0
     return dbc, dx, ddt, dare.to(A_re.dtype), daim.to(A_im.dtype), dS0
 
 def ssd_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Tensor], dth_end: Optional[torch.Tensor],
@@ -164,7 +171,7 @@ def ssd_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Tens
                  Q: int, x_dtype: torch.dtype, bc_dtype: torch.dtype
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward kernels in order: the scan's backward, the rotation's transpose, the phases' transpose (the op `ssd_real_bwd`).
-    Returns [dx, dA_re, dA_im, dB_re, dB_im, dC_re, dC_im, ddt, dS0] (dS0 zeros without S0)."""
+    Returns [dx, dA_re, dA_im, dB_re, dB_im, dC_re, dC_im, ddt, dS0] (dS0 a placeholder without S0)."""
     dbc, dx, ddt, dare, daim, dS0 = _backward_kernels(dy, dS_fin, dth_end, q, k, xk, alpha, cos, sin, dtc, states,
                                                       A_re, A_im, S0, Q, bc_dtype)
     return dx.to(x_dtype), dare, daim, *dbc, ddt, dS0
@@ -183,6 +190,7 @@ def _setup_context(ctx, inputs, output):
     x, A_re, A_im, B_re, B_im, C_re, C_im, dt, S0, Q = inputs
     ctx.save_for_backward(*output[3:], A_re, A_im, S0)
     ctx.meta = (Q, x.dtype, B_re.dtype, S0 is not None)
+    ctx.set_materialize_grads(False)          # unused outputs (the final state, mostly) get None, not a zero-filled tensor
 
 def _backward(ctx, *grads):
     q, k, xk, alpha, cos, sin, dtc, states, A_re, A_im, S0 = ctx.saved_tensors
@@ -246,14 +254,15 @@ def ssd_packed_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[tor
                                 sin: torch.Tensor, states: torch.Tensor, A_re: torch.Tensor, A_im: torch.Tensor,
                                 S0: Optional[torch.Tensor], Q: int, H: int, D: int, N: int
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    "`ssd_kernels_backward` writing into one gradient of the projection. Returns dproj, dA_re, dA_im, dS0 (zeros without S0)."
+    "`ssd_kernels_backward` writing into one gradient of the projection. Returns dproj, dA_re, dA_im, dS0 (a placeholder without S0)."
     x, _, _, _, _, dt = packed_parts(proj, H, D, N)
     dproj = torch.empty_like(proj)
     dx_v, *dbc_v, ddt_v = packed_parts(dproj, H, D, N)
     dbc, dx, ddt, dare, daim, dS0 = _backward_kernels(dy, dS_fin, dth_end, q, k, x.to(q.dtype), alpha, cos, sin, dt,
-                                                      states, A_re, A_im, S0, Q, proj.dtype, out=(*dbc_v, dx_v))
+                                                      states, A_re, A_im, S0, Q, proj.dtype, out=(*dbc_v, dx_v),
+                                                      out_ddt=ddt_v)
     for view, g in zip((*dbc_v, dx_v, ddt_v), (*dbc, dx, ddt)):
-        if g.data_ptr() != view.data_ptr():                    # ddt (a few MB), and what a path could not write in place
+        if g.data_ptr() != view.data_ptr():                    # what a path could not write in place
             view.copy_(g)
     return dproj, dare, daim, dS0
 
@@ -269,6 +278,7 @@ def _packed_setup_context(ctx, inputs, output):
     proj, A_re, A_im, S0, Q, H, D, N = inputs
     ctx.save_for_backward(proj, *output[3:], A_re, A_im, S0)
     ctx.meta = (Q, H, D, N, S0 is not None)
+    ctx.set_materialize_grads(False)          # unused outputs (the final state, mostly) get None, not a zero-filled tensor
 
 def _packed_backward(ctx, *grads):
     Q, H, D, N, has_s0 = ctx.meta
