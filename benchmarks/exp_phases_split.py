@@ -1,10 +1,12 @@
-"""An experiment: chapter 05a's phase kernels run one program per (batch, head), each walking the whole sequence
-(256 programs at B=16, H=16; 64 at the T=8192 shape, B=4) -- few programs on 132 SMs for a kernel that moves a few MB.
-Here each (batch, head) is split into `S` programs over consecutive tiles of chunks. A program first sums the phase
-of the tiles before its own (forward) or the phase gradient of the tiles after it (backward), tile by tile in the
-package's order, so the forward's results are bit-identical to the package's; the backward's d(dt) is too, and
-dA_re/dA_im are summed over S partial sums. Checked against the package kernels, then timed (CUDA graph of 20 calls)
-over S and the tile size, at the 434M model's shapes. Prints one JSON record; `--check` runs only the parity check
+"""The experiment behind 05a's split phase kernels. They used to run one program per (batch, head), each walking the
+whole sequence (256 programs at B=16, H=16; 64 at the T=8192 shape, B=4) -- few programs on 132 SMs for a kernel
+that moves a few MB. Split, each (batch, head) walk goes to `S` programs over consecutive tiles of chunks; a program
+first sums the phase of the tiles before its own (forward) or the phase gradient of the tiles after it (backward),
+tile by tile as one program would, so the forward and d(dt) are bit-identical to S=1, and dA_re/dA_im are summed over
+S partial sums. The split was measured on 2026-12-03 (phases_split_h200.json) with this script's own copy of the
+kernels, moved into 05a unchanged since; the script now launches 05a's kernels at each S (whatever
+`tiles_per_program` would choose). Checked against S=1, then timed (CUDA graph of 20 calls) over S and the tile size,
+at the 434M model's shapes. Prints one JSON record; `--check` runs only the parity check
 (works under TRITON_INTERPRET=1). A second variant, `*_heads_kernel`, also takes HB heads a program (tiles of
 (chunks, steps, heads)), so the heads of one step are read and written side by side instead of 4 bytes in a 32-byte
 sector per program.
@@ -17,94 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mamba3_lite.ssd.triton.phases import _softplus, block_size, phases_backward, phases_forward
-
-
-@triton.jit(do_not_specialize=["T", "NC", "TPS"])
-def fwd_split_kernel(dt_ptr, are_ptr, aim_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr, sdb, sdt, sdh, T, H, Q, NC, TPS,
-                     BQ: tl.constexpr, CB: tl.constexpr):
-    "05a's phases_fwd_kernel for tiles [s*TPS, (s+1)*TPS) of one (b, h); s = program_id(1)."
-    pid, s = tl.program_id(0), tl.program_id(1)
-    b, h = pid // H, pid % H
-    a_re = tl.load(are_ptr + h).to(tl.float32)
-    a_im = tl.load(aim_ptr + h).to(tl.float64)
-    offs, offs_c = tl.arange(0, BQ), tl.arange(0, CB)
-    two_pi = tl.full([], 6.283185307179586, tl.float64)
-    carry = tl.sum(tl.zeros([CB], dtype=tl.float64), axis=0)
-    for c0 in range(0, s * TPS * CB, CB):                                       # the phase of the tiles before
-        c = c0 + offs_c
-        t = c[:, None] * Q + offs[None, :]
-        m = (c < NC)[:, None] & (offs < Q)[None, :] & (t < T)
-        x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
-        sp = tl.where(m, _softplus(x), 0.0)
-        carry += tl.sum(tl.sum(sp.to(tl.float64) * a_im, axis=1), axis=0)
-    for c0 in range(s * TPS * CB, tl.minimum(NC, (s + 1) * TPS * CB), CB):
-        c = c0 + offs_c
-        t = c[:, None] * Q + offs[None, :]
-        inq = (c < NC)[:, None] & (offs < Q)[None, :]
-        m = inq & (t < T)
-        x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
-        sp = tl.where(m, _softplus(x), 0.0)
-        tl.store(a_ptr + (b * NC * Q + t) * H + h, tl.cumsum(sp * a_re, axis=1), mask=inq)
-        bb = sp.to(tl.float64) * a_im
-        row = tl.sum(bb, axis=1)
-        th = carry + (tl.cumsum(row, axis=0) - row)[:, None] + tl.cumsum(bb, axis=1)
-        carry += tl.sum(row, axis=0)
-        kk = (th / two_pi).to(tl.int64).to(tl.float64)
-        kk = tl.where(kk * two_pi > th, kk - 1.0, kk)
-        th32 = (th - kk * two_pi).to(tl.float32)
-        tl.store(cos_ptr + (b * T + t) * H + h, tl.cos(th32), mask=m)
-        tl.store(sin_ptr + (b * T + t) * H + h, tl.sin(th32), mask=m)
-    if (s + 1) * TPS * CB >= NC:
-        kk = (carry / two_pi).to(tl.int64).to(tl.float64)
-        kk = tl.where(kk * two_pi > carry, kk - 1.0, kk)
-        tl.store(thend_ptr + pid, (carry - kk * two_pi).to(tl.float32))
-
-
-@triton.jit(do_not_specialize=["T", "NC", "TPS"])
-def bwd_split_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, kdk_ptr, gs_ptr, a_ptr, ddt_ptr, dare_ptr, daim_ptr,
-                     sdb, sdt, sdh, sob, sot, soh, T, H, Q, NC, TPS, BQ: tl.constexpr, CB: tl.constexpr):
-    "05a's phases_bwd_kernel (with end terms, no dtheta_end) for tiles [s*TPS, (s+1)*TPS), partial dA per program."
-    pid, s = tl.program_id(0), tl.program_id(1)
-    b, h = pid // H, pid % H
-    a_re = tl.load(are_ptr + h).to(tl.float32)
-    a_im = tl.load(aim_ptr + h).to(tl.float64)
-    offs, offs_c = tl.arange(0, BQ), tl.arange(0, CB)
-    zero64 = tl.sum(tl.zeros([CB], dtype=tl.float64), axis=0)
-    carry, acc_re, acc_im = zero64, zero64, zero64
-    n_tiles = tl.cdiv(NC, CB)
-    lo, hi = s * TPS, tl.minimum(n_tiles, (s + 1) * TPS)
-    for i in range(0, n_tiles - hi):                                            # dtheta of the tiles after, in reverse
-        c = (n_tiles - 1 - i) * CB + offs_c
-        t = c[:, None] * Q + offs[None, :]
-        m = (c < NC)[:, None] & (offs < Q)[None, :] & (t < T)
-        g = tl.load(dth_ptr + (b * NC * Q + t) * H + h, mask=m, other=0.).to(tl.float64)
-        carry += tl.sum(tl.sum(g, axis=1), axis=0)
-    for i in range(n_tiles - hi, n_tiles - lo):
-        c = (n_tiles - 1 - i) * CB + offs_c
-        t = c[:, None] * Q + offs[None, :]
-        inq = (c < NC)[:, None] & (offs < Q)[None, :]
-        m = inq & (t < T)
-        x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
-        sp = tl.where(m, _softplus(x), 0.0)
-        da = tl.load(da_ptr + (b * NC * Q + t) * H + h, mask=inq, other=0.)
-        kd = tl.load(kdk_ptr + (b * NC * Q + t) * H + h, mask=inq, other=0.)
-        ae = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h, mask=c < NC, other=0.)
-        gv = tl.load(gs_ptr + (b * NC + c) * H + h, mask=c < NC, other=0.)
-        da += tl.where(offs[None, :] == Q - 1, (tl.sum(kd, axis=1) + tl.exp(ae) * gv)[:, None], 0.)
-        a_suf = tl.sum(da, axis=1)[:, None] - tl.cumsum(da, axis=1) + da
-        g = tl.load(dth_ptr + (b * NC * Q + t) * H + h, mask=m, other=0.).to(tl.float64)
-        row = tl.sum(g, axis=1)
-        later = tl.sum(row, axis=0) - tl.cumsum(row, axis=0)
-        th_suf = carry + (later + row)[:, None] - tl.cumsum(g, axis=1) + g
-        carry += tl.sum(row, axis=0)
-        dsp = a_re * a_suf + (a_im * th_suf).to(tl.float32)
-        sig = 1.0 / (1.0 + tl.exp(-x))
-        tl.store(ddt_ptr + b * sob + t * sot + h * soh, (dsp * sig).to(ddt_ptr.dtype.element_ty), mask=m)
-        acc_re += tl.sum(tl.sum((sp * a_suf).to(tl.float64), axis=1), axis=0)
-        acc_im += tl.sum(tl.sum(sp.to(tl.float64) * th_suf, axis=1), axis=0)
-    tl.store(dare_ptr + s * tl.num_programs(0) + pid, acc_re.to(tl.float32))
-    tl.store(daim_ptr + s * tl.num_programs(0) + pid, acc_im.to(tl.float32))
+from mamba3_lite.ssd.triton.phases import (_softplus, block_size, phases_backward, phases_bwd_kernel, phases_forward,
+                                           phases_fwd_kernel)
 
 
 @triton.jit(do_not_specialize=["T", "NC", "TPS"])
@@ -225,22 +141,25 @@ def heads_backward(dt, A_re, A_im, dalpha, dtheta, kdk, gs, alpha, Q, CB, S, HB,
 
 
 def split_forward(dt, A_re, A_im, Q, CB, S, warps=4):
+    "05a's forward kernel with S programs per (b, h), whatever `tiles_per_program` would choose."
     Bsz, T, H = dt.shape
     NC = triton.cdiv(T, Q); TPS = triton.cdiv(triton.cdiv(NC, CB), S)
     f32 = dict(dtype=torch.float32, device=dt.device)
     alpha, cos, sin, th_end = torch.empty(Bsz, NC * Q, H, **f32), torch.empty(Bsz, T, H, **f32), torch.empty(Bsz, T, H, **f32), torch.empty(Bsz, H, **f32)
-    fwd_split_kernel[(Bsz * H, triton.cdiv(triton.cdiv(NC, CB), TPS))](dt, A_re, A_im, alpha, cos, sin, th_end, *dt.stride(), T, H, Q, NC,
-                                                         TPS, BQ=block_size(Q), CB=CB, num_warps=warps)
+    phases_fwd_kernel[(Bsz * H, triton.cdiv(triton.cdiv(NC, CB), TPS))](dt, A_re, A_im, alpha, cos, sin, th_end, *dt.stride(),
+                                                                         T, H, Q, NC, TPS, BQ=block_size(Q), CB=CB, num_warps=warps)
     return alpha, cos, sin, th_end
 
 
 def split_backward(dt, A_re, A_im, dalpha, dtheta, kdk, gs, alpha, Q, CB, S, warps=4):
+    "05a's backward kernel (end terms, no dtheta_end) with S programs per (b, h)."
     Bsz, T, H = dt.shape
     NC = dalpha.shape[1] // Q; TPS = triton.cdiv(triton.cdiv(NC, CB), S); S = triton.cdiv(triton.cdiv(NC, CB), TPS)
     ddt = torch.empty(Bsz, T, H, dtype=dt.dtype, device=dt.device)
     dare, daim = (torch.empty(S, Bsz, H, dtype=torch.float32, device=dt.device) for _ in range(2))
-    bwd_split_kernel[(Bsz * H, S)](dt, A_re, A_im, dalpha, dtheta, kdk, gs, alpha, ddt, dare, daim, *dt.stride(), *ddt.stride(),
-                                   T, H, Q, NC, TPS, BQ=block_size(Q), CB=CB, num_warps=warps)
+    phases_bwd_kernel[(Bsz * H, S)](dt, A_re, A_im, dalpha, dtheta, dare, kdk, gs, alpha, ddt, dare, daim, *dt.stride(),
+                                    *ddt.stride(), T, H, Q, NC, TPS, HAS_DTHEND=False, HAS_END=True, BQ=block_size(Q), CB=CB,
+                                    num_warps=warps)
     return ddt, dare.sum((0, 1)), daim.sum((0, 1))
 
 
@@ -262,8 +181,8 @@ def rel(u, v) -> float:
 
 def check(dev, Bsz=2, T=1000, H=3, Q=16, F=40):
     dt, A_re, A_im, da, dth, kdk, gs = inputs(Bsz, T, H, Q, F, dev)
-    ref = phases_forward(dt, A_re, A_im, Q, CB=4)
-    ref_b = phases_backward(dt, A_re, A_im, da, dth, None, Q, CB=4, end_terms=(kdk, gs, ref[0]))
+    ref = split_forward(dt, A_re, A_im, Q, 4, 1)                                # one program per (b, h)
+    ref_b = split_backward(dt, A_re, A_im, da, dth, kdk, gs, ref[0], Q, 4, 1)
     out = []
     for S in (1, 2, 3, 5, 16):
         got = split_forward(dt, A_re, A_im, Q, 4, S)
