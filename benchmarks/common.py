@@ -83,6 +83,20 @@ def queued_ms(fn, calls: int = 20, warmup: int = 3) -> float:
     return s.elapsed_time(e) / calls
 
 
+def graph_ms(fn, calls: int = 20, replays: int = 10) -> float:
+    "GPU milliseconds per call of `fn()`, `calls` of them captured in one CUDA graph and replayed `replays` times (kernels of a few µs: no host in the figure)."
+    fn(); torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls): fn()
+    g.replay(); torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(replays): g.replay()
+    e.record(); e.synchronize()
+    return s.elapsed_time(e) / (calls * replays)
+
+
 def rel_diff(a, b) -> float:
     "max |a - b| / max |b|, in fp32."
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()

@@ -208,8 +208,7 @@ def main():
              and max(map(float, r["backward_rel_diff"] + r.get("forward_rel_diff", []))) < 1e-5 for r in parity)
     if a.check: sys.exit(0 if ok else "exp_phases_split: the split kernels differ from the package's")
     if dev.type != "cuda": sys.exit("exp_phases_split: timing needs a CUDA GPU")
-    from common import emit
-    from bench_phases import graph_ms
+    from common import emit, graph_ms
     rows = []
     for Bsz, T in ((16, 2048), (4, 8192)):
         dt, A_re, A_im, da, dth, kdk, gs = inputs(Bsz, T, 16, 64, 5136, dev)
