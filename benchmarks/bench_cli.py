@@ -2,8 +2,9 @@
 
 Each run is the real CLI (the `h200` preset unless `--preset` says otherwise, the Triton opt-in, the built-in corpus
 unless `--data_path` is given) writing its own `metrics.jsonl`; the figure is the median `tok_s` of the train records
-after the first (which holds the compile), and the GPU memory the run reserved (`mem_gb`). The CLI counts training
-steps only: the evaluation at the end, the checkpoint and the sample run, outside its clock. Prints one JSON record (machine, command, date), like every script here.
+after the first (which holds the compile), and the GPU memory the run reserved (`mem_gb`); `clocks` is the card's mean
+SM clock and power over those records' windows (`common.ClockLog`: at the H200's power cap the clock differs by card).
+The CLI counts training steps only: the evaluation at the end, the checkpoint and the sample run, outside its clock. Prints one JSON record (machine, command, date), like every script here.
 
     python benchmarks/bench_cli.py --runs 2048x16 8192x4 --out benchmarks/results/cli_h200.json
 
@@ -25,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import emit
+from common import ClockLog, emit
 
 
 def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra: list[str], workdir: Path) -> dict:
@@ -36,7 +37,8 @@ def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra
            "--log_every", str(log_every), "--eval_every", str(steps), "--eval_batches", "2", "--save_every", str(steps), "--sample_tokens", "8",
            "--checkpoint_dir", str(ckpt), *extra]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env={**os.environ, "ENABLE_TRITON_KERNELS": "1"}, capture_output=True, text=True)
+    with ClockLog() as clocks:
+        proc = subprocess.run(cmd, env={**os.environ, "ENABLE_TRITON_KERNELS": "1"}, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     out = {"seq": seq, "batch": batch, "command": "ENABLE_TRITON_KERNELS=1 python " + " ".join(cmd[1:]),
            "returncode": proc.returncode, "wall_s": round(wall, 1)}
@@ -47,7 +49,7 @@ def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra
     steady = [r["tok_s"] for r in train[1:]] or [train[-1]["tok_s"]]
     return {**out, "tokens_per_step": train[-1]["tokens"] // train[-1]["step"], "tok_s_windows": steady,
             "tokens_per_s": round(statistics.median(steady)), "mfu": train[-1]["mfu"],
-            "peak_reserved_gb": train[-1].get("mem_gb"),
+            "peak_reserved_gb": train[-1].get("mem_gb"), "clocks": clocks.between(train[0]["time"], train[-1]["time"]),
             "loss_first_last": [round(train[0]["loss"], 3), round(train[-1]["loss"], 3)]}
 
 

@@ -5,9 +5,13 @@ Benchmarks run against the installed package (`pip install -e .`), from a checko
 """
 import datetime
 import json
+import os
 import platform
 import shlex
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -144,3 +148,43 @@ def emit(results, device=None, out: str | None = None, echo: bool = True, **extr
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text + "\n")
     return record
+
+
+class ClockLog:
+    """The GPU's SM clock, power and clock-event reasons, sampled by `nvidia-smi` every `every_ms` in the background while
+    the `with` block runs (nothing where there is no nvidia-smi). An H200 running a training step sits at its 700 W cap
+    (reason 0x4, "SW power cap"), where its SM clock, and so the step time, differs from card to card: a figure from
+    one lease names the clock it ran at."""
+    def __init__(self, every_ms: int = 50):
+        self.every_ms, self.samples, self.proc = every_ms, [], None
+
+    def __enter__(self):
+        try:
+            reasons = "clocks_event_reasons.active"      # drivers before 535: clocks_throttle_reasons
+            if subprocess.run(["nvidia-smi", f"--query-gpu={reasons}", "--format=csv"], capture_output=True).returncode:
+                reasons = "clocks_throttle_reasons.active"
+            self.path = os.path.join(tempfile.mkdtemp(prefix="clocks_"), "smi.csv")
+            self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,{reasons}",
+                                          "--format=csv,noheader,nounits", "-lms", str(self.every_ms)],
+                                         stdout=open(self.path, "w"), stderr=subprocess.DEVNULL)
+        except OSError: self.proc = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is None: return
+        self.proc.terminate(); self.proc.wait()
+        for line in open(self.path):
+            f = [v.strip() for v in line.split(",")]
+            try:
+                day, frac = f[0].split(".")
+                t = time.mktime(time.strptime(day, "%Y/%m/%d %H:%M:%S")) + float("0." + frac)
+                self.samples.append((t, float(f[1]), float(f[2]), float(f[3]), f[4]))
+            except (ValueError, IndexError): continue
+
+    def between(self, t0: float | None = None, t1: float | None = None) -> dict | None:
+        "Mean SM MHz, watts and deg C of the samples in [t0, t1] (unix seconds; all if not given), and their reasons' shares."
+        s = [x for x in self.samples if (t0 is None or x[0] >= t0) and (t1 is None or x[0] <= t1)]
+        if not s: return None
+        reasons = {r: round(sum(x[4] == r for x in s) / len(s), 3) for r in sorted({x[4] for x in s})}
+        return {"sm_mhz": round(statistics.mean(x[1] for x in s)), "watts": round(statistics.mean(x[2] for x in s)),
+                "deg_c": round(statistics.mean(x[3] for x in s)), "samples": len(s), "reasons": reasons}
