@@ -2,14 +2,15 @@
 every step's start, so the GPU time between two of them is the work queued in between) and the card's SM clock and
 power over that step (`common.ClockLog`: `nvidia-smi` every 50 ms in the background). Runs with Python's garbage
 collector as it is, off, or frozen after warm-up, to see whether the host's pauses reach the GPU; `--batch 1` leaves
-the GPU little to do, so the step time is the host's time to queue a step. Prints one JSON record (common.py's format).
+the GPU little to do, so the step time is the host's time to queue a step. Prints one JSON record (common.py's
+format); on a CPU it refuses.
 
     ENABLE_TRITON_KERNELS=1 python benchmarks/diag_step_jitter.py --steps 30 --gc auto off freeze --out benchmarks/results/step_jitter_h200.json
 
 The configuration is the `h200` preset with the Triton opt-in (B=16, T=2048, 2 micro-batches a step) and the
 trainer's look-ahead, as `python -m mamba3_lite.pretrain --preset h200 --model.ssd_dispatch triton` runs it.
 """
-import argparse, gc, os, statistics, tempfile, time
+import argparse, gc, os, statistics, sys, tempfile, time
 
 import torch
 
@@ -40,6 +41,7 @@ def main():
     p.add_argument("--gc", nargs="+", default=["auto", "off"], choices=["auto", "off", "freeze"])
     p.add_argument("--out")
     a = p.parse_args()
+    if not torch.cuda.is_available(): sys.exit("diag_step_jitter: needs a CUDA GPU (it times steps with CUDA events)")
     os.environ["ENABLE_TRITON_KERNELS"] = "1"
     from mamba3_lite.pretrain import build_config
     from mamba3_lite.train.trainer import Pretrainer
