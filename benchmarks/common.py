@@ -164,15 +164,16 @@ class ClockLog:
             if subprocess.run(["nvidia-smi", f"--query-gpu={reasons}", "--format=csv"], capture_output=True).returncode:
                 reasons = "clocks_throttle_reasons.active"
             self.path = os.path.join(tempfile.mkdtemp(prefix="clocks_"), "smi.csv")
+            self.log = open(self.path, "w")
             self.proc = subprocess.Popen(["nvidia-smi", f"--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,{reasons}",
                                           "--format=csv,noheader,nounits", "-lms", str(self.every_ms)],
-                                         stdout=open(self.path, "w"), stderr=subprocess.DEVNULL)
+                                         stdout=self.log, stderr=subprocess.DEVNULL)
         except OSError: self.proc = None
         return self
 
     def __exit__(self, *exc):
         if self.proc is None: return
-        self.proc.terminate(); self.proc.wait()
+        self.proc.terminate(); self.proc.wait(); self.log.close()
         for line in open(self.path):
             f = [v.strip() for v in line.split(",")]
             try:
