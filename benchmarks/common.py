@@ -150,6 +150,19 @@ def emit(results, device=None, out: str | None = None, echo: bool = True, **extr
     return record
 
 
+def timed_steps(step, n: int, device) -> list[dict]:
+    """`n` calls of `step()`, each one's host start (unix seconds), host ms and return value (`out`); on a GPU also
+    `gpu_ms`, the time between CUDA events recorded at each call's start (the GPU work queued in between)."""
+    cuda, events, rows = torch.device(device).type == "cuda", [], []
+    def mark():
+        if cuda: events.append(torch.cuda.Event(enable_timing=True)); events[-1].record()
+    for _ in range(n):
+        mark(); t0 = time.time(); out = step()
+        rows.append({"host_start": t0, "host_ms": 1e3 * (time.time() - t0), "out": out})
+    mark(); sync(device)                                # the last call's end
+    for r, start, end in zip(rows, events, events[1:]): r["gpu_ms"] = start.elapsed_time(end)
+    return rows
+
 class ClockLog:
     """The GPU's SM clock, power and clock-event reasons, sampled by `nvidia-smi` every `every_ms` in the background while
     the `with` block runs (nothing where there is no nvidia-smi). An H200 running a training step sits at its 700 W cap

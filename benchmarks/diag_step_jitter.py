@@ -10,26 +10,20 @@ format); on a CPU it refuses.
 The configuration is the `h200` preset with the Triton opt-in (B=16, T=2048, 2 micro-batches a step) and the
 trainer's look-ahead, as `python -m mamba3_lite.pretrain --preset h200 --model.ssd_dispatch triton` runs it.
 """
-import argparse, gc, os, statistics, sys, tempfile, time
+import argparse, gc, os, statistics, sys, tempfile
 
 import torch
 
-from common import ClockLog, emit, sync
+from common import ClockLog, emit, sync, timed_steps
 
 
 def run(t, step, n: int, gc_mode: str) -> list[dict]:
-    "`n` steps with gc as `gc_mode` says: each one's host start and seconds, and GPU ms between CUDA events at the starts."
+    "`common.timed_steps` of `n` steps with gc as `gc_mode` says."
     if gc_mode == "off": gc.disable()
     if gc_mode == "freeze": gc.collect(); gc.freeze()
-    events, rows = [], []
-    try:
-        for _ in range(n):
-            ev = torch.cuda.Event(enable_timing=True); ev.record(); events.append(ev)
-            t0 = time.time(); step(); rows.append({"host_start": t0, "host_ms": 1e3 * (time.time() - t0)})
-        end = torch.cuda.Event(enable_timing=True); end.record(); events.append(end); sync(t.device)
-    finally:
-        gc.enable(); gc.unfreeze()
-    for i, r in enumerate(rows): r["gpu_ms"] = events[i].elapsed_time(events[i + 1])
+    try: rows = timed_steps(step, n, t.device)
+    finally: gc.enable(); gc.unfreeze()
+    for r in rows: del r["out"]
     return rows
 
 

@@ -18,11 +18,11 @@ the first `base` run's step by step; compiled runs are not bit-reproducible (a C
     ENABLE_TRITON_KERNELS=1 python benchmarks/exp_step_variants.py --out benchmarks/results/step_variants_h200.json
     python benchmarks/exp_step_variants.py --preset tiny --steps 4 --variants base base clip_in_adamw foreach_accumulate compiled_autograd
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, tempfile
 
 import torch
 
-from common import ClockLog, emit, sync
+from common import ClockLog, emit, sync, timed_steps
 
 VARIANTS = ("base", "clip_in_adamw", "foreach_accumulate", "compiled_autograd")
 
@@ -81,26 +81,17 @@ def one_run(a) -> dict:
     t = Pretrainer(build_config(a.preset, overrides=over), echo=lambda m: None, progress=False)
     if not gpu: t.optimizer = build_optimizer(t.model, t.cfg, fused=True)     # grad_scale needs fused AdamW (CPU has one)
     if a.variant != "base": globals()[a.variant](t)
-    step, rows = (lambda: t.train_step(look_ahead=True)), []
+    step = lambda: t.train_step(look_ahead=True)
     for _ in range(a.warmup): step()
     sync(t.device)
-    events = []
-    with ClockLog() as clocks:
-        for _ in range(a.steps):
-            if gpu: events.append(torch.cuda.Event(enable_timing=True)); events[-1].record()
-            t0 = time.time(); m = step()
-            rows.append({"host_start": t0, "host_ms": 1e3 * (time.time() - t0), "loss": m["loss"], "grad_norm": m["grad_norm"]})
-        if gpu: events.append(torch.cuda.Event(enable_timing=True)); events[-1].record()
-        sync(t.device)
-    for i, r in enumerate(rows):
-        if gpu: r["gpu_ms"] = events[i].elapsed_time(events[i + 1])
+    with ClockLog() as clocks: rows = timed_steps(step, a.steps, t.device)
     steady = rows[1:-1] or rows                     # the ends hold the look-ahead's edges
-    ms = [r.get("gpu_ms", r["host_ms"]) for r in steady]
+    ms = [r["gpu_ms"] if gpu else r["host_ms"] for r in steady]
     c = clocks.between(steady[0]["host_start"], steady[-1]["host_start"] + steady[-1]["host_ms"] / 1e3)
     tok_s = t.tokens_per_step / (statistics.mean(ms) / 1e3)
     out = {"variant": a.variant, "step_ms_mean": round(statistics.mean(ms), 2), "timed_on": "gpu" if gpu else "host",
            "tokens_per_s": round(tok_s), "clocks": c, "tokens_per_s_per_mhz": round(tok_s / c["sm_mhz"], 2) if c else None,
-           "losses": [r["loss"] for r in rows], "grad_norms": [r["grad_norm"] for r in rows],
+           "losses": [r["out"]["loss"] for r in rows], "grad_norms": [r["out"]["grad_norm"] for r in rows],
            "peak_reserved_gb": round(torch.cuda.max_memory_reserved() / 1e9, 2) if gpu else None}
     t.close()
     return out
