@@ -11,8 +11,8 @@ a recorder and `device_capability` returning the target's. So each launch's argu
 are exactly what the launchers (and the config functions they call: 05d's `tune_for`, 05e's
 `per_chunk_backward_config`) choose on that GPU. The worker derives each kernel's signature and specialisation from
 those arguments with Triton's own binder, compiles it for the target with `triton.compile`, and reports
-`metadata.shared`. Shapes: the default 434M model and the tiny preset's, bf16 and fp32; training (no state), with an
-initial and a final state in the loss, a 37-token prefill, the scan's backward without the phase gradient; the
+`metadata.shared`. Shapes: the default 434M model and the tiny preset's, bf16 and fp32; training (no state; also at the
+h200 preset's 16 sequences, where sm_90 takes the state passes' wide tiles), with an initial and a final state in the loss, a 37-token prefill, the scan's backward without the phase gradient; the
 per-chunk kernel with real and complex X.
 
 Every configuration on the model's path (what `python -m mamba3_lite.pretrain` runs) is compiled fully, to a cubin.
@@ -151,6 +151,9 @@ def _worker(cap: int, full: bool):
                               ("prefill T=37", dict(T=37, state=False, backward=False))):
                 scenario[0] = (f"{mname} {d} {label}", True)
                 model_ssd(cfg, dtype, **kw)
+            if mname == "default" and dtype == torch.bfloat16:     # the h200 preset's micro-batch: 256 (batch, head)
+                scenario[0] = (f"{mname} {d} train, 16 sequences", True)      # pairs, 05d's wide state tiles on sm_90
+                model_ssd(cfg, dtype, T=cfg.max_seq_len, state=False, backward=True, B=16)
             scenario[0] = (f"{mname} {d} train, six slices", False)
             model_ssd(cfg, dtype, T=cfg.max_seq_len, state=True, backward=True, packed=False)
             # the two-kernel backward and the rotation's transpose; the forward's rotation inside the state pass
@@ -290,11 +293,15 @@ def test_alloc_figure_equals_full_compile(compiled):
 
 
 def test_launchers_choose_by_capability(compiled):
-    "sm_80 gets the per-chunk backward that reloads B and C (05e); sm_90 keeps the H200's; every target both dtypes."
+    """sm_80 gets the per-chunk backward that reloads B and C (05e); sm_90 keeps the H200's, and 05d's wide state tiles
+    at the h200 preset's 16 sequences; every target both dtypes."""
     for cap, (recs, _) in compiled.items():
         pc = [r for r in recs if r["kernel"] == "_pc_bwd_kernel"]
         assert pc and all(r["config"]["RELOAD"] == (cap < 90) for r in pc), pc
         assert {"*bf16", "*fp32"} <= {d for r in recs for d in r["dtypes"]}
+        wide = {r["kernel"] for r in recs if r["kernel"] in ("state_fwd_kernel", "state_bwd_kernel")
+                and (r["config"]["BM"], r["config"]["num_stages"]) == (64, 2)}      # 05d's `state_wide`, Hopper only
+        assert wide == ({"state_fwd_kernel", "state_bwd_kernel"} if cap == 90 else set()), (cap, wide)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from ..ssd.triton.phases import INTERPRET, check_block_dims, device_capability, require_triton
 from ..ssd.triton.chunk_scan import scan_backward_chunk, scan_dx
 from ..ssd.triton.chunk_state import states_backward, states_forward
-from ..ssd.triton.real_ssd import cotangent, one_kernel_backward, scan_backward, scan_forward, state_blocks, tune_for
+from ..ssd.triton.real_ssd import (batch_head_pairs, cotangent, one_kernel_backward, scan_backward, scan_forward,
+                                             state_blocks, tune_for)
 from .siso import check_siso_args, compute_dtype, mamba3_siso_zero_state, skip_and_gate, trapezoid_terms
 
 # %% ../../nbs/09f_mamba3_triton.ipynb #a2601683
@@ -44,7 +45,7 @@ def scan_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Ten
     if not one_kernel_backward(tune, Q, q.shape[-1]):
         dq, dk, dx, dalpha, dS0, _ = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, tune=tune)
     else:
-        dy, blocks = cotangent(dy, x), state_blocks(tune)
+        dy, blocks = cotangent(dy, x), state_blocks(tune, batch_head_pairs(q))
         states, _ = states_forward(k, x, alpha, S0, Q, **blocks)
         dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **blocks)
         (dq, dk), dx, dalpha, _ = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, with_dx=tune["chunk_dx"],

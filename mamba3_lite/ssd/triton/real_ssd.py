@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['TUNE', 'TUNE_BY_CAPABILITY', 'ssd_real_fwd', 'ssd_real_bwd', 'ssd_real_packed_fwd', 'ssd_real_packed_bwd', 'tune_for',
-           'state_blocks', 'scan_y_blocks', 'cotangent', 'scan_forward', 'scan_backward', 'one_kernel_backward',
-           'scan_backward_rotated', 'operand_dtype', 'ssd_kernels_forward', 'ssd_kernels_backward',
-           'ssd_real_chunkwise_triton', 'packed_parts', 'ssd_packed_kernels_forward', 'ssd_packed_kernels_backward',
-           'ssd_real_packed_triton']
+           'state_blocks', 'batch_head_pairs', 'scan_y_blocks', 'cotangent', 'scan_forward', 'scan_backward',
+           'one_kernel_backward', 'scan_backward_rotated', 'operand_dtype', 'ssd_kernels_forward',
+           'ssd_kernels_backward', 'ssd_real_chunkwise_triton', 'packed_parts', 'ssd_packed_kernels_forward',
+           'ssd_packed_kernels_backward', 'ssd_real_packed_triton']
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #97dc588a
 from typing import Optional
@@ -23,10 +23,12 @@ from .chunk_scan import scan_backward_chunk, scan_dqdk, scan_dx, scan_y
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #018f29c6
 TUNE = dict(BC=64, BM_state=32, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4, stages_state=3,
             warps_dx=4, warps_dqdk=4, stages=2, stages_scan=2, maxnreg_scan=None, BR_rot=64, BC_dqdk=64, stages_dqdk=1,
-            bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1, rotate_in_state=False)
+            bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1, rotate_in_state=False,
+            state_wide=dict(BM=64, BD=64, num_warps=4, num_stages=2), state_wide_pairs=None)
 # (major, minor) -> the entries of TUNE that GPU changes. Hopper: the scan's output kernel with one stage and at most
-# 168 registers a thread, three programs an SM instead of two (measured on an H200; see below)
-TUNE_BY_CAPABILITY = {(9, 0): dict(stages_scan=1, maxnreg_scan=168)}
+# 168 registers a thread, three programs an SM instead of two; the state passes' wide tiles from 256 (batch, head)
+# pairs up (both measured on an H200; see below)
+TUNE_BY_CAPABILITY = {(9, 0): dict(stages_scan=1, maxnreg_scan=168, state_wide_pairs=256)}
 
 def tune_for(capability=None) -> dict:
     """The scan's launch parameters on a GPU of compute `capability` (major, minor), or None (the interpreter, meta
@@ -34,15 +36,25 @@ def tune_for(capability=None) -> dict:
     with the device's capability, tests/test_aot_compile.py with each target it compiles for."""
     return {**TUNE, **TUNE_BY_CAPABILITY.get(capability, {})}
 
-def state_blocks(tune):
-    "05b's state-pass launch parameters (tiles, warps, stages) from a `tune_for` dict."
+def state_blocks(tune, pairs=None):
+    """05b's state-pass launch parameters (tiles, warps, stages) from a `tune_for` dict for a call over `pairs` (batch,
+    head) pairs: `state_wide` where there are at least `state_wide_pairs` of them (None: never), else the narrow tiles
+    that keep more programs walking the chunks when there are few."""
+    wide_from = tune["state_wide_pairs"]
+    if wide_from is not None and pairs is not None and pairs >= wide_from: return dict(tune["state_wide"])
     return dict(BM=tune["BM_state"], BD=tune["BD_state"], num_warps=tune["warps_state"], num_stages=tune["stages_state"])
+
+def batch_head_pairs(t):
+    "(batch, head) pairs of a time-indexed (B, T, H, ·) tensor: how many sequential walks a state pass makes per tile."
+    return t.shape[0] * t.shape[2]
 
 def scan_y_blocks(tune):
     "05c's `scan_y` launch parameters (rows, D tile, warps, stages, register cap) from a `tune_for` dict."
     return dict(BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_scan"], num_stages=tune["stages_scan"],
                 maxnreg=tune["maxnreg_scan"])
 
+
+# %% ../../../nbs/05d_triton_real_ssd.ipynb #13e05811
 def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
@@ -56,7 +68,7 @@ def scan_forward(q, k, x, alpha, S0, Q, tune=None):
     fp64 for gradcheck); S0 (B,H,M,D) contiguous in that dtype, or None; `tune` defaults to `tune_for` q's device.
     Returns y (B,T,H,D) in x's dtype and the final state (B,H,M,D)."""
     tune = tune or tune_for(device_capability(q))
-    states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
+    states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(k)))
     y = scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune))
     return y, S_fin
 
@@ -67,8 +79,8 @@ def scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False, tune=Non
     tune = tune or tune_for(device_capability(q))
     dy = cotangent(dy, x)
     if states is None:
-        states, _ = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
-    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune))
+        states, _ = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(k)))
+    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune, batch_head_pairs(q)))
     dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
                  num_stages=tune["stages"])
     dq, dk, dalpha, dtheta = scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, want_dtheta, BC=tune["BC_dqdk"],
@@ -91,7 +103,7 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
         dq, dk, dx, dalpha, dS0, dtheta = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, True, tune, states)
         return (*rotate_backward(cos, sin, dq, dk, [bc_dtype] * 4, block_rows=tune["BR_rot"]), dx, dalpha, dS0, dtheta)
     dy = cotangent(dy, x)
-    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune))
+    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune, batch_head_pairs(q)))
     bc, dx, dalpha, dtheta = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, bc_dtype,
                                                  with_dx=tune["chunk_dx"], num_warps=tune["warps_chunk"],
                                                  num_stages=tune["stages_chunk"], out=out, end_terms_apart=True)
@@ -111,10 +123,11 @@ def _forward_kernels(x, B_re, B_im, C_re, C_im, dt, A_re, A_im, S0, Q):
     tune = tune_for(device_capability(x))
     alpha, cos, sin, th_end = phases_forward(dt, A_re.float().contiguous(), A_im.float().contiguous(), Q)
     if tune["rotate_in_state"]:                 # 05b's one pass for both: measured, not faster at these tiles (05b)
-        q, k, states, S_fin = rotate_states_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q, **state_blocks(tune))
+        q, k, states, S_fin = rotate_states_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q,
+                                                    **state_blocks(tune, batch_head_pairs(x)))
     else:
         q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, x.dtype, block_rows=tune["BR_rot"])
-        states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune))
+        states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(x)))
     y = scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune))
     return y, S_fin, th_end, q, k, alpha, cos, sin, states
 
