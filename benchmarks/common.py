@@ -106,6 +106,39 @@ def rel_diff(a, b) -> float:
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
+def sweep_cli(doc: str, name: str):
+    """The command line of a launch sweep at the training shape: `--rounds`, `--batch`, `--seq` (the 434M model's micro-batch
+    by default; `--batch 4 --seq 8192` for the long run's) and `--out`; refuses on a CPU. Returns (args, shape dict)."""
+    import argparse
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batch", type=int, default=16); p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--out"); a = p.parse_args()
+    if not torch.cuda.is_available(): sys.exit(f"{name}: needs a CUDA GPU (it times kernels)")
+    return a, dict(TRAINING_SHAPE, Bsz=a.batch, T=a.seq)
+
+
+def sweep_launches(forms: dict, rounds: int = 3, label: str = "kernel") -> dict:
+    """Each of `forms` = {name: (fn, current, grid)} timed at every launch in `grid` (dicts of keyword arguments for
+    `fn`, which returns its output tensors) as a training step queues it (`queued_ms`, the median of `rounds`), its
+    outputs against `fn(**current)`'s (the largest `rel_diff`). A launch that fails (out of shared memory, say) is a
+    row with its error. Returns {"rows": the timed rows by (name, ms), then the failed; "fastest"; "at_current"}."""
+    rows = []
+    for name, (fn, current, grid) in forms.items():
+        ref = fn(**current)
+        for kw in grid if current in grid else [current, *grid]:
+            try:
+                diff = max(rel_diff(o, r) for o, r in zip(fn(**kw), ref))
+                ms = statistics.median(queued_ms(lambda: fn(**kw)) for _ in range(rounds))
+            except Exception as e:
+                rows.append({label: name, **kw, "error": f"{type(e).__name__}: {str(e)[:160]}"}); continue
+            rows.append({label: name, **kw, "ms": round(ms, 4), "rel_diff": diff, "current": kw == current})
+    ok = sorted((r for r in rows if "ms" in r), key=lambda r: (r[label], r["ms"]))
+    return {"fastest": {n: next(r for r in ok if r[label] == n) for n in forms},
+            "at_current": {n: next(r for r in ok if r[label] == n and r["current"]) for n in forms},
+            "rows": ok + [r for r in rows if "error" in r]}
+
+
 def scan_backward_inputs(Bsz, T, H, M, D, Q, seed=0):
     """Random bf16 q, k (B,T,H,M), x, dy (B,T,H,D) on the GPU, chunk-local decays alpha (B,T,H), and the forward and
     reverse state passes' results (05b, at TUNE's blocks): what the scan's backward kernels read after the state pass."""

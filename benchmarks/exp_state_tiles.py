@@ -10,48 +10,30 @@ Prints one JSON record: the rows sorted by time, the fastest of each pass, and t
     python benchmarks/exp_state_tiles.py --out benchmarks/results/state_tiles_h200.json
     python benchmarks/exp_state_tiles.py --batch 4 --seq 8192 --out benchmarks/results/state_tiles_8192_h200.json
 """
-import argparse, itertools, statistics, sys
+import itertools
 
 import torch
 
+from common import emit, scan_backward_inputs, sweep_cli, sweep_launches
+
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--batch", type=int, default=16); p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--out"); a = p.parse_args()
-    if not torch.cuda.is_available(): sys.exit("exp_state_tiles: needs a CUDA GPU (it times kernels)")
-    from common import TRAINING_SHAPE, emit, queued_ms, rel_diff, scan_backward_inputs
+    a, s = sweep_cli(__doc__, "exp_state_tiles")
     from mamba3_lite.ssd.triton.real_ssd import TUNE, state_blocks
     from mamba3_lite.ssd.triton.chunk_state import states_forward, states_backward
-    s = dict(TRAINING_SHAPE, Bsz=a.batch, T=a.seq)
     q, k, x, dy, alpha, states, dstates, _ = scan_backward_inputs(*s.values())
-    Q = s["Q"]
-    passes = {"forward": lambda **kw: states_forward(k, x, alpha, None, Q, **kw),
-              "backward": lambda **kw: states_backward(q, dy, alpha, None, Q, states.dtype, **kw)}
-    current = state_blocks(TUNE)
-    refs = {name: fn(**current) for name, fn in passes.items()}
-    rows = []
-    for name, fn in passes.items():
-        for BM, BD, warps, stages in itertools.product((16, 32, 64, 128), (32, 64), (2, 4, 8), (1, 2, 3, 4)):
-            kw = dict(BM=BM, BD=BD, num_warps=warps, num_stages=stages)
-            try:
-                out = fn(**kw)
-                diff = max(rel_diff(o, r) for o, r in zip(out, refs[name]))
-                ms = statistics.median(queued_ms(lambda: fn(**kw)) for _ in range(a.rounds))
-            except Exception as e:                       # e.g. out of shared memory at many stages: say so, go on
-                rows.append({"pass": name, **kw, "error": f"{type(e).__name__}: {str(e)[:160]}"}); continue
-            rows.append({"pass": name, **kw, "ms": round(ms, 4), "rel_diff": diff, "current": kw == current})
-    ok = sorted((r for r in rows if "ms" in r), key=lambda r: (r["pass"], r["ms"]))
-    best = {n: next(r for r in ok if r["pass"] == n) for n in passes}
-    now = {n: next(r for r in ok if r["pass"] == n and r["current"]) for n in passes}
+    Q, current = s["Q"], state_blocks(TUNE)
+    grid = [dict(BM=bm, BD=bd, num_warps=w, num_stages=st)
+            for bm, bd, w, st in itertools.product((16, 32, 64, 128), (32, 64), (2, 4, 8), (1, 2, 3, 4))]
+    swept = sweep_launches({"forward": (lambda **kw: states_forward(k, x, alpha, None, Q, **kw), current, grid),
+                            "backward": (lambda **kw: states_backward(q, dy, alpha, None, Q, states.dtype, **kw), current, grid)},
+                           a.rounds, label="pass")
     el = lambda t: t.numel() * t.element_size()
     moved = {"forward": el(k) + el(x) + el(states), "backward": el(q) + el(dy) + el(dstates)}
-    emit({"shape": {**s, "dtype": "bf16"}, "current": current, "bytes_moved": moved,
-          "fastest": best, "at_current": now,
+    best, now = swept["fastest"], swept["at_current"]
+    emit({"shape": {**s, "dtype": "bf16"}, "current": current, "bytes_moved": moved, **swept,
           "tb_per_s": {n: {"current": round(moved[n] / now[n]["ms"] / 1e9, 2), "fastest": round(moved[n] / best[n]["ms"] / 1e9, 2)}
-                       for n in passes},
-          "rows": ok + [r for r in rows if "error" in r]}, device="cuda", out=a.out, benchmark="state_pass_tiles")
+                       for n in moved}}, device="cuda", out=a.out, benchmark="state_pass_tiles")
 
 
 if __name__ == "__main__":
