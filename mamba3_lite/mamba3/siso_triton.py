@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from ..ssd.triton.phases import INTERPRET, check_block_dims, device_capability, require_triton
 from ..ssd.triton.chunk_scan import scan_backward_chunk, scan_dx
 from ..ssd.triton.chunk_state import states_backward, states_forward
-from ..ssd.triton.real_ssd import (batch_head_pairs, cotangent, one_kernel_backward, scan_backward, scan_forward,
-                                             state_blocks, tune_for)
+from ..ssd.triton.real_ssd import (
+    batch_head_pairs, cotangent, one_kernel_backward, scan_backward, scan_forward, state_blocks, tune_for)
 from .siso import check_siso_args, compute_dtype, mamba3_siso_zero_state, skip_and_gate, trapezoid_terms
 
 # %% ../../nbs/09f_mamba3_triton.ipynb #a2601683
