@@ -38,8 +38,12 @@ import torch
 import triton
 import triton.language as tl
 
-from mamba3_lite.ssd.triton.phases import block_size, dot, dot_precision, one_layout, rotate_forward, strides3
-from mamba3_lite.ssd.triton.chunk_state import chunk_decays, entering_state, state_dtype
+from common import emit, scan_backward_inputs, sweep_cli, sweep_launches
+from mamba3_lite.ssd.triton.phases import (block_size, device_capability, dot, dot_precision, one_layout, rotate_forward,
+                                           strides3)
+from mamba3_lite.ssd.triton.chunk_state import chunk_decays, entering_state, state_dtype, states_forward
+from mamba3_lite.ssd.triton.chunk_scan import scan_y
+from mamba3_lite.ssd.triton.real_ssd import batch_head_pairs, scan_y_blocks, state_blocks, tune_for
 
 
 @triton.jit(do_not_specialize=["T", "NC"])
@@ -165,10 +169,6 @@ def fused_forward(q, k, x, alpha, S0, Q, BD=64, num_warps=4, num_stages=2):
 
 def package_forward(q, k, x, alpha, S0, Q):
     "The package's two launches as 05d runs them on this device: y, the final state, the entering states."
-    from mamba3_lite.ssd.triton.phases import device_capability
-    from mamba3_lite.ssd.triton.real_ssd import batch_head_pairs, scan_y_blocks, state_blocks, tune_for
-    from mamba3_lite.ssd.triton.chunk_state import states_forward
-    from mamba3_lite.ssd.triton.chunk_scan import scan_y
     tune = tune_for(device_capability(q))
     states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(k)))
     return scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune)), S_fin, states
@@ -176,14 +176,20 @@ def package_forward(q, k, x, alpha, S0, Q):
 
 def package_rotate_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q):
     "05a's rotation, then the package's two launches: y, the final state, the entering states, q, k."
-    from mamba3_lite.ssd.triton.real_ssd import tune_for
-    from mamba3_lite.ssd.triton.phases import device_capability
     q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, x.dtype, block_rows=tune_for(device_capability(x))["BR_rot"])
     return (*package_forward(q, k, x, alpha, S0, Q), q, k)
 
 
+def report(label: str, got, ref, names=("y", "final state", "states", "q", "k")):
+    "Print the largest |fused - package| of each output and fail past 1e-4."
+    diffs = {n: (a - b).abs().max().item() for n, a, b in zip(names, got, ref)}
+    print(f"interpreter, fp32, {label}: max |fused - package| {diffs}")
+    assert all(v < 1e-4 for v in diffs.values()), diffs
+
+
 def check_on_interpreter():
-    "Parity with the package's launches in fp32: uneven T, an initial state, M and D that fill no block, two D tiles."
+    """Parity with the package's launches in fp32 (see the docstring on bf16): uneven T, an initial state, M and D that
+    fill no block, two D tiles, without and with the rotation."""
     g = torch.Generator().manual_seed(0)
     Bsz, T, H, M, D, Q = 2, 45, 2, 24, 20, 16
     q, k = (torch.randn(Bsz, T, H, M, generator=g) for _ in range(2))
@@ -191,22 +197,13 @@ def check_on_interpreter():
     nc = -(-T // Q)
     alpha = (-0.4 * torch.rand(Bsz, nc, Q, H, generator=g)).cumsum(2).view(Bsz, nc * Q, H)
     S0 = torch.randn(Bsz, H, M, D, generator=g)
-    for dtype, BD in ((torch.float32, 16), (torch.float32, 32)):        # fp32 only: see the docstring on bf16
-        ins = [t.to(dtype) for t in (q, k, x)]
-        ref, got = package_forward(*ins, alpha, S0, Q), fused_forward(*ins, alpha, S0, Q, BD=BD)
-        diffs = {n: (a.float() - b.float()).abs().max().item() for n, a, b in zip(("y", "final state", "states"), got, ref)}
-        print(f"interpreter, {str(dtype)[6:]}, BD={BD}: max |fused - package| {diffs}")
-        assert all(v < 1e-4 for v in diffs.values()), diffs
     N = M // 2                                            # with the rotation: B, C strided slices of one projection
     bc = list(torch.randn(Bsz, T, H, 4 * N, generator=g).split(N, dim=-1))
     theta = torch.randn(Bsz, T, H, generator=g).cumsum(1)
-    for dtype, BD in ((torch.float32, 16), (torch.float32, 32)):
-        args = (*bc, theta.cos(), theta.sin(), x.to(dtype), alpha, S0, Q)
-        ref, got = package_rotate_forward(*args), fused_rotate_forward(*args, BD=BD)
-        names = ("y", "final state", "states", "q", "k")
-        diffs = {n: (a.float() - b.float()).abs().max().item() for n, a, b in zip(names, got, ref)}
-        print(f"interpreter, with the rotation, {str(dtype)[6:]}, BD={BD}: max |fused - package| {diffs}")
-        assert all(v < 1e-4 for v in diffs.values()), diffs
+    rot = (*bc, theta.cos(), theta.sin(), x, alpha, S0, Q)
+    for BD in (16, 32):
+        report(f"BD={BD}", fused_forward(q, k, x, alpha, S0, Q, BD=BD), package_forward(q, k, x, alpha, S0, Q))
+        report(f"with the rotation, BD={BD}", fused_rotate_forward(*rot, BD=BD), package_rotate_forward(*rot))
 
 
 def compiled_resources(out=None):
@@ -214,7 +211,6 @@ def compiled_resources(out=None):
     decays and states, M=128, chunk 64), beside the package's two kernels at their Hopper launches; no GPU needed."""
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from aot_kernel_resources import resources
-    from common import emit
     from mamba3_lite.ssd.triton import chunk_scan, chunk_state
     base = dict(F64=False, PREC="tf32", BQ=64, BM=128)
     rows = [{"kernel": "fused_fwd_kernel", "BD": bd, "warps": w, "stages": st,
@@ -238,12 +234,9 @@ def main():
         check_on_interpreter(); return
     if "--resources" in sys.argv:
         compiled_resources(sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None); return
-    from common import emit, scan_backward_inputs, sweep_cli, sweep_launches
     a, s = sweep_cli(__doc__, "exp_fused_forward")
     q, k, x, _, alpha, _, _, g = scan_backward_inputs(*s.values())
-    Q = s["Q"]
-
-    N = s["M"] // 2
+    Q, N = s["Q"], s["M"] // 2
     bc = list(torch.randn(a.batch, a.seq, s["H"], 4 * N, device="cuda", generator=g).bfloat16().split(N, dim=-1))
     theta = torch.rand(a.batch, a.seq, s["H"], device="cuda", generator=g) * 6.28
     rot = (*bc, theta.cos(), theta.sin(), x, alpha, None, Q)
