@@ -12,7 +12,7 @@ are exactly what the launchers (and the config functions they call: 05d's `tune_
 `per_chunk_backward_config`) choose on that GPU. The worker derives each kernel's signature and specialisation from
 those arguments with Triton's own binder, compiles it for the target with `triton.compile`, and reports
 `metadata.shared`. Shapes: the default 434M model and the tiny preset's, bf16 and fp32; training (no state; also at
-the h200 preset's 16 sequences, where sm_90 takes the state passes' wide tiles), with an initial and a final state in
+the h200 preset's 16 sequences, where sm_90 takes the state passes' wide tiles, elsewhere each pass's own), with an initial and a final state in
 the loss, a 37-token prefill, the scan's backward without the phase gradient; the per-chunk kernel with real and
 complex X.
 
@@ -294,8 +294,9 @@ def test_alloc_figure_equals_full_compile(compiled):
 
 
 def test_launchers_choose_by_capability(compiled):
-    """sm_80 gets the per-chunk backward that reloads B and C (05e); sm_90 keeps the H200's, and 05d's wide state tiles
-    at the h200 preset's 16 sequences; every target both dtypes."""
+    """sm_80 gets the per-chunk backward that reloads B and C (05e); sm_90 keeps the H200's, 05d's wide state tiles
+    at the h200 preset's 16 sequences and each state pass's own 8-warp tiles at two (32 pairs: the other scenarios);
+    every target both dtypes."""
     for cap, (recs, _) in compiled.items():
         pc = [r for r in recs if r["kernel"] == "_pc_bwd_kernel"]
         assert pc and all(r["config"]["RELOAD"] == (cap < 90) for r in pc), pc
@@ -303,6 +304,11 @@ def test_launchers_choose_by_capability(compiled):
         wide = {r["kernel"] for r in recs if r["kernel"] in ("state_fwd_kernel", "state_bwd_kernel")
                 and (r["config"]["BM"], r["config"]["num_stages"]) == (64, 2)}      # 05d's `state_wide`, Hopper only
         assert wide == ({"state_fwd_kernel", "state_bwd_kernel"} if cap == 90 else set()), (cap, wide)
+        few = {(r["kernel"], r["config"]["BM"], r["config"]["BD"], r["config"]["num_stages"]) for r in recs
+               if r["kernel"] in ("state_fwd_kernel", "state_bwd_kernel") and r["config"]["num_warps"] == 8
+               and any(sc.startswith("default") for sc in r["scenarios"])}   # the tiny model's tiles shrink to its M, D
+        want = {("state_fwd_kernel", 64, 64, 4), ("state_bwd_kernel", 32, 64, 3)}     # 05d's state_few_* on Hopper
+        assert few == (want if cap == 90 else set()), (cap, few)
 
 
 if __name__ == "__main__":

@@ -45,9 +45,10 @@ def scan_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Ten
     if not one_kernel_backward(tune, Q, q.shape[-1]):
         dq, dk, dx, dalpha, dS0, _ = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, tune=tune)
     else:
-        dy, blocks = cotangent(dy, x), state_blocks(tune, batch_head_pairs(q))
-        states, _ = states_forward(k, x, alpha, S0, Q, **blocks)
-        dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **blocks)
+        dy, pairs = cotangent(dy, x), batch_head_pairs(q)
+        states, _ = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, pairs))
+        dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype,
+                                       **state_blocks(tune, pairs, backward=True))
         (dq, dk), dx, dalpha, _ = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, with_dx=tune["chunk_dx"],
                                                       num_warps=tune["warps_chunk"], num_stages=tune["stages_chunk"])
         if dx is None:                                   # TUNE["chunk_dx"] off: 05c's separate dx kernel

@@ -24,11 +24,14 @@ from .chunk_scan import scan_backward_chunk, scan_dqdk, scan_dx, scan_y
 TUNE = dict(BC=64, BM_state=32, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4, stages_state=3,
             warps_dx=4, warps_dqdk=4, stages=2, stages_scan=2, maxnreg_scan=None, BR_rot=64, BC_dqdk=64, stages_dqdk=1,
             bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1, rotate_in_state=False,
-            state_wide=dict(BM=64, BD=64, num_warps=4, num_stages=2), state_wide_pairs=None)
+            state_wide=dict(BM=64, BD=64, num_warps=4, num_stages=2), state_wide_pairs=None, state_few_forward=None,
+            state_few_backward=None)
 # (major, minor) -> the entries of TUNE that GPU changes. Hopper: the scan's output kernel with one stage and at most
 # 168 registers a thread, three programs an SM instead of two; the state passes' wide tiles from 256 (batch, head)
-# pairs up (both measured on an H200; see below)
-TUNE_BY_CAPABILITY = {(9, 0): dict(stages_scan=1, maxnreg_scan=168, state_wide_pairs=256)}
+# pairs up, each pass's own tiles below (all measured on an H200; see below)
+TUNE_BY_CAPABILITY = {(9, 0): dict(stages_scan=1, maxnreg_scan=168, state_wide_pairs=256,
+                                   state_few_forward=dict(BM=64, BD=64, num_warps=8, num_stages=4),
+                                   state_few_backward=dict(BM=32, BD=64, num_warps=8, num_stages=3))}
 
 def tune_for(capability=None) -> dict:
     """The scan's launch parameters on a GPU of compute `capability` (major, minor), or None (the interpreter, meta
@@ -36,12 +39,15 @@ def tune_for(capability=None) -> dict:
     with the device's capability, tests/test_aot_compile.py with each target it compiles for."""
     return {**TUNE, **TUNE_BY_CAPABILITY.get(capability, {})}
 
-def state_blocks(tune, pairs=None):
-    """05b's state-pass launch parameters (tiles, warps, stages) from a `tune_for` dict for a call over `pairs` (batch,
-    head) pairs: `state_wide` where there are at least `state_wide_pairs` of them (None: never), else the narrow tiles
-    that keep more programs walking the chunks when there are few."""
+def state_blocks(tune, pairs=None, backward=False):
+    """05b's state-pass launch parameters (tiles, warps, stages) from a `tune_for` dict, for the forward pass or (with
+    `backward`) the reverse one, over `pairs` (batch, head) pairs: `state_wide` from `state_wide_pairs` of them up
+    (None: never); below, that pass's `state_few_forward` / `state_few_backward` where set, else the narrow tiles, which
+    keep more programs walking the chunks when there are few. Without `pairs`, the narrow tiles."""
     wide_from = tune["state_wide_pairs"]
     if wide_from is not None and pairs is not None and pairs >= wide_from: return dict(tune["state_wide"])
+    few = tune["state_few_backward" if backward else "state_few_forward"]
+    if few is not None and pairs is not None: return dict(few)
     return dict(BM=tune["BM_state"], BD=tune["BD_state"], num_warps=tune["warps_state"], num_stages=tune["stages_state"])
 
 def batch_head_pairs(t):
@@ -80,7 +86,8 @@ def scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False, tune=Non
     dy = cotangent(dy, x)
     if states is None:
         states, _ = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(k)))
-    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune, batch_head_pairs(q)))
+    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype,
+                                   **state_blocks(tune, batch_head_pairs(q), backward=True))
     dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
                  num_stages=tune["stages"])
     dq, dk, dalpha, dtheta = scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, want_dtheta, BC=tune["BC_dqdk"],
@@ -103,7 +110,8 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
         dq, dk, dx, dalpha, dS0, dtheta = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, True, tune, states)
         return (*rotate_backward(cos, sin, dq, dk, [bc_dtype] * 4, block_rows=tune["BR_rot"]), dx, dalpha, dS0, dtheta)
     dy = cotangent(dy, x)
-    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype, **state_blocks(tune, batch_head_pairs(q)))
+    dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype,
+                                   **state_blocks(tune, batch_head_pairs(q), backward=True))
     bc, dx, dalpha, dtheta = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, bc_dtype,
                                                  with_dx=tune["chunk_dx"], num_warps=tune["warps_chunk"],
                                                  num_stages=tune["stages_chunk"], out=out, end_terms_apart=True)
