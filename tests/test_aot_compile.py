@@ -12,9 +12,9 @@ are exactly what the launchers (and the config functions they call: 05d's `tune_
 `per_chunk_backward_config`) choose on that GPU. The worker derives each kernel's signature and specialisation from
 those arguments with Triton's own binder, compiles it for the target with `triton.compile`, and reports
 `metadata.shared`. Shapes: the default 434M model and the tiny preset's, bf16 and fp32; training (no state; also at
-the h200 preset's 16 sequences, where sm_90 takes the state passes' wide tiles, elsewhere each pass's own), with an initial and a final state in
-the loss, a 37-token prefill, the scan's backward without the phase gradient; the per-chunk kernel with real and
-complex X.
+the h200 preset's 16 sequences, where sm_90 takes the state passes' wide tiles, elsewhere each pass's own), with an
+initial and a final state in the loss, a 37-token prefill, the scan's backward without the phase gradient; the
+per-chunk kernel with real and complex X.
 
 Every configuration on the model's path (what `python -m mamba3_lite.pretrain` runs) is compiled fully, to a cubin.
 Off the model's path at the default model's shapes -- the per-chunk kernel, whose fp32 64x64 products compile to
