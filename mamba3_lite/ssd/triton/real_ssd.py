@@ -24,14 +24,13 @@ from .chunk_scan import scan_backward_chunk, scan_dqdk, scan_dx, scan_y
 TUNE = dict(BC=64, BM_state=32, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4, stages_state=3,
             warps_dx=4, warps_dqdk=4, stages=2, stages_scan=2, maxnreg_scan=None, BR_rot=64, BC_dqdk=64, stages_dqdk=1,
             bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1, rotate_in_state=False,
-            state_wide=dict(BM=64, BD=64, num_warps=4, num_stages=2), state_wide_pairs=None, state_few_forward=None,
-            state_few_backward=None, state_few_pairs=0)
+            state_wide=dict(BM=64, BD=64, num_warps=4, num_stages=2), state_wide_pairs=None,
+            state_few_forward=dict(BM=64, BD=64, num_warps=8, num_stages=4),
+            state_few_backward=dict(BM=32, BD=64, num_warps=8, num_stages=3), state_few_pairs=None)
 # (major, minor) -> the entries of TUNE that GPU changes. Hopper: the scan's output kernel with one stage and at most
 # 168 registers a thread, three programs an SM instead of two; the state passes' wide tiles from 256 (batch, head)
 # pairs up, each pass's own tiles up to 64 (all measured on an H200; see below)
-TUNE_BY_CAPABILITY = {(9, 0): dict(stages_scan=1, maxnreg_scan=168, state_wide_pairs=256, state_few_pairs=64,
-                                   state_few_forward=dict(BM=64, BD=64, num_warps=8, num_stages=4),
-                                   state_few_backward=dict(BM=32, BD=64, num_warps=8, num_stages=3))}
+TUNE_BY_CAPABILITY = {(9, 0): dict(stages_scan=1, maxnreg_scan=168, state_wide_pairs=256, state_few_pairs=64)}
 
 def tune_for(capability=None) -> dict:
     """The scan's launch parameters on a GPU of compute `capability` (major, minor), or None (the interpreter, meta
@@ -42,12 +41,12 @@ def tune_for(capability=None) -> dict:
 def state_blocks(tune, pairs=None, backward=False):
     """05b's state-pass launch parameters (tiles, warps, stages) from a `tune_for` dict, for the forward pass or (with
     `backward`) the reverse one, over `pairs` (batch, head) pairs: `state_wide` from `state_wide_pairs` of them up
-    (None: never); up to `state_few_pairs`, that pass's `state_few_forward` / `state_few_backward` where set; else (and
-    without `pairs`) the narrow tiles, which keep more programs walking the chunks when there are few."""
-    wide_from = tune["state_wide_pairs"]
-    if wide_from is not None and pairs is not None and pairs >= wide_from: return dict(tune["state_wide"])
-    few = tune["state_few_backward" if backward else "state_few_forward"]
-    if few is not None and pairs is not None and pairs <= tune["state_few_pairs"]: return dict(few)
+    (None: never); up to `state_few_pairs` (None: never), that pass's `state_few_forward` / `state_few_backward`; else
+    (and without `pairs`) the narrow tiles, which keep more programs walking the chunks when there are few."""
+    wide_from, few_to = tune["state_wide_pairs"], tune["state_few_pairs"]
+    if pairs is not None and wide_from is not None and pairs >= wide_from: return dict(tune["state_wide"])
+    if pairs is not None and few_to is not None and pairs <= few_to:
+        return dict(tune["state_few_backward" if backward else "state_few_forward"])
     return dict(BM=tune["BM_state"], BD=tune["BD_state"], num_warps=tune["warps_state"], num_stages=tune["stages_state"])
 
 def batch_head_pairs(t):
