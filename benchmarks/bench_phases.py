@@ -35,9 +35,9 @@ def main():
             ddt = torch.empty_like(dt)
             for CB, warps in itertools.product((4, 8, 16, 32), (1, 2, 4, 8)):
                 tps = triton.cdiv(NC, CB)                       # one program per (b, h) walks all the tiles
-                fwd = lambda: phases_fwd_kernel[(Bsz * H,)](dt, A_re, A_im, alpha, cos, sin, th_end, *dt.stride(), T, H,
+                fwd = lambda: phases_fwd_kernel[(Bsz * H,)](dt, A_re, A_im, A_im, alpha, cos, sin, th_end, *dt.stride(), T, H,
                                                             Q, NC, tps, BQ=block_size(Q), CB=CB, num_warps=warps)
-                bwd = lambda: phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, da, dth, dare, kdk, gs, alpha, ddt, dare,
+                bwd = lambda: phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, da, dth, A_im, dare, kdk, gs, alpha, ddt, dare,
                                                             daim, *dt.stride(), *ddt.stride(), T, H, Q, NC, tps,
                                                             HAS_DTHEND=False, HAS_END=True, BQ=block_size(Q), CB=CB,
                                                             num_warps=warps)

@@ -119,7 +119,7 @@ def decode(smoke):
 
 # chapter 05's kernels (names as the profiler shows them); everything else eager lands in "other"
 SSD_KERNELS = ("scan_fwd_kernel", "bwd_dx_kernel", "bwd_dqdk_kernel", "bwd_chunk_kernel", "state_fwd_kernel",
-               "state_bwd_kernel", "rotate_fwd_kernel", "rotate_bwd_kernel", "phases_fwd_kernel", "phases_bwd_kernel")
+               "state_bwd_kernel", "rotate_fwd_kernel", "rotate_bwd_kernel", "phases_fwd_kernel", "phases_bwd_kernel", "tile_sums_kernel")
 
 
 def profile(smoke):

@@ -12,6 +12,12 @@ at the 434M model's shapes. Prints one JSON record; `--check` runs only the pari
 sector per program.
 
     python benchmarks/exp_phases_split.py --out benchmarks/results/phases_split_h200.json
+    python benchmarks/exp_phases_split.py --launchers --out benchmarks/results/phase_sums_h200.json
+
+Since the split's first measurement a split program no longer walks the tiles outside its own: 05a's
+`tile_sums_kernel` sums every tile in one parallel launch first and the program adds those sums up (the same numbers in
+the same order), so its walk is its own tiles only. `--launchers` times the package's launchers (whichever package is
+imported) at each S.
 """
 import argparse, itertools, json, sys
 
@@ -19,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mamba3_lite.ssd.triton.phases import (_softplus, block_size, phases_backward, phases_bwd_kernel, phases_forward,
-                                           phases_fwd_kernel)
+from mamba3_lite.ssd.triton import phases
+from mamba3_lite.ssd.triton.phases import _softplus, block_size, phases_backward, phases_forward
 
 
 @triton.jit(do_not_specialize=["T", "NC", "TPS"])
@@ -146,8 +152,10 @@ def split_forward(dt, A_re, A_im, Q, CB, S, warps=4):
     NC = triton.cdiv(T, Q); TPS = triton.cdiv(triton.cdiv(NC, CB), S)
     f32 = dict(dtype=torch.float32, device=dt.device)
     alpha, cos, sin, th_end = torch.empty(Bsz, NC * Q, H, **f32), torch.empty(Bsz, T, H, **f32), torch.empty(Bsz, T, H, **f32), torch.empty(Bsz, H, **f32)
-    phases_fwd_kernel[(Bsz * H, triton.cdiv(triton.cdiv(NC, CB), TPS))](dt, A_re, A_im, alpha, cos, sin, th_end, *dt.stride(),
-                                                                         T, H, Q, NC, TPS, BQ=block_size(Q), CB=CB, num_warps=warps)
+    S = triton.cdiv(triton.cdiv(NC, CB), TPS)
+    sums = phases.tile_sums(dt, dt.stride(), A_im, Bsz, H, T, Q, CB, S, phase=True)
+    phases.phases_fwd_kernel[(Bsz * H, S)](dt, A_re, A_im, sums, alpha, cos, sin, th_end, *dt.stride(), T, H, Q, NC, TPS,
+                                           BQ=block_size(Q), CB=CB, num_warps=warps)
     return alpha, cos, sin, th_end
 
 
@@ -157,9 +165,10 @@ def split_backward(dt, A_re, A_im, dalpha, dtheta, kdk, gs, alpha, Q, CB, S, war
     NC = dalpha.shape[1] // Q; TPS = triton.cdiv(triton.cdiv(NC, CB), S); S = triton.cdiv(triton.cdiv(NC, CB), TPS)
     ddt = torch.empty(Bsz, T, H, dtype=dt.dtype, device=dt.device)
     dare, daim = (torch.empty(S, Bsz, H, dtype=torch.float32, device=dt.device) for _ in range(2))
-    phases_bwd_kernel[(Bsz * H, S)](dt, A_re, A_im, dalpha, dtheta, dare, kdk, gs, alpha, ddt, dare, daim, *dt.stride(),
-                                    *ddt.stride(), T, H, Q, NC, TPS, HAS_DTHEND=False, HAS_END=True, BQ=block_size(Q), CB=CB,
-                                    num_warps=warps)
+    sums = phases.tile_sums(dtheta, dtheta.stride(), A_im, Bsz, H, T, Q, CB, S, phase=False)
+    phases.phases_bwd_kernel[(Bsz * H, S)](dt, A_re, A_im, dalpha, dtheta, sums, dare, kdk, gs, alpha, ddt, dare, daim,
+                                           *dt.stride(), *ddt.stride(), T, H, Q, NC, TPS, HAS_DTHEND=False, HAS_END=True,
+                                           BQ=block_size(Q), CB=CB, num_warps=warps)
     return ddt, dare.sum((0, 1)), daim.sum((0, 1))
 
 
@@ -199,10 +208,41 @@ def check(dev, Bsz=2, T=1000, H=3, Q=16, F=40):
     return out
 
 
+def launchers(dev, splits=(1, 2, 4, 8)):
+    """05a's launchers as a step calls them (`phases_forward`, `phases_backward` with 05c's end terms), each (b, h)
+    walk split over S programs by setting `PHASE_PROGRAMS` to S*B*H: the figure for whichever package is imported, so
+    one lease can time two commits' packages. Outputs against S=1's (forward and d(dt): bit for bit)."""
+    from common import graph_ms
+    rows, saved = [], phases.PHASE_PROGRAMS
+    for Bsz, T in ((16, 2048), (4, 8192)):
+        dt, A_re, A_im, da, dth, kdk, gs = inputs(Bsz, T, 16, 64, 5136, dev)
+        fwd = lambda: phases_forward(dt, A_re, A_im, 64)
+        bwd = lambda: phases_backward(dt, A_re, A_im, da, dth, None, 64, end_terms=(kdk, gs, alpha))
+        for S in splits:
+            phases.PHASE_PROGRAMS = S * Bsz * 16
+            alpha = fwd()[0]
+            if S == 1: ref_f, ref_b = fwd(), bwd()
+            f, b = fwd(), bwd()
+            rows.append(dict(B=Bsz, T=T, S=S, fwd_us=round(1e3 * graph_ms(fwd), 2), bwd_us=round(1e3 * graph_ms(bwd), 2),
+                             forward_bit_identical=all(torch.equal(u, v) for u, v in zip(f, ref_f)),
+                             ddt_bit_identical=torch.equal(b[0], ref_b[0]),
+                             dA_rel_diff=[f"{rel(u, v):.1e}" for u, v in zip(b[1:], ref_b[1:])]))
+            print(json.dumps(rows[-1]), flush=True)
+    phases.PHASE_PROGRAMS = saved
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out"); p.add_argument("--check", action="store_true"); a = p.parse_args()
+    p.add_argument("--out"); p.add_argument("--check", action="store_true")
+    p.add_argument("--launchers", action="store_true", help="only `launchers` (any package version; a GPU)")
+    a = p.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if a.launchers:
+        if dev.type != "cuda": sys.exit("exp_phases_split: timing needs a CUDA GPU")
+        from common import emit
+        return emit({"shape": "H=16, chunk 64, dt a slice of the in_proj output (B, T, 5136), bf16",
+                     "package": phases.__file__, "rows": launchers(dev)}, device=dev, out=a.out, benchmark="phases_launchers")
     parity = check(dev); print(json.dumps(parity), flush=True)
     ok = all(r.get("forward_bit_identical", True) and r.get("ddt_bit_identical", True)
              and max(map(float, r["backward_rel_diff"] + r.get("forward_rel_diff", []))) < 1e-5 for r in parity)

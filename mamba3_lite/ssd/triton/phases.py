@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['INTERPRET', 'MAX_BLOCK', 'MAX_SHARED_PER_BLOCK', 'PHASE_PROGRAMS', 'require_triton', 'check_block_dims', 'block_size',
            'dot_precision', 'strides3', 'device_capability', 'one_layout', 'rotate_forward', 'rotate_backward',
-           'chunks_per_tile', 'tiles_per_program', 'phases_forward', 'phases_backward', 'HAS_TRITON']
+           'chunks_per_tile', 'tiles_per_program', 'tile_sums', 'phases_forward', 'phases_backward', 'HAS_TRITON']
 
 # %% ../../../nbs/05a_triton_phases.ipynb #24fad4d6
 import os
@@ -160,15 +160,36 @@ if HAS_TRITON:
         w = 1.0 + u
         return tl.maximum(x, 0.0) + tl.where(w == 1.0, u, tl.log(w) * u / (w - 1.0))
 
+# %% ../../../nbs/05a_triton_phases.ipynb #834434fe
+if HAS_TRITON:
+    @triton.jit(do_not_specialize=["T", "NC"])
+    def tile_sums_kernel(src_ptr, aim_ptr, sums_ptr, ssb, sst, ssh, T, H, Q, NC, PHASE: tl.constexpr,
+                         BQ: tl.constexpr, CB: tl.constexpr):
+        """One (b, h, tile of CB chunks): the fp64 sum over the tile of softplus(dt) Im A (PHASE: the phase the tile adds,
+        src = dt) or of dtheta (src = dtheta, laid out (B, NC*Q, H)), reduced as the phase kernels reduce a tile. A split
+        phase kernel adds these up instead of walking the tiles that are not its own."""
+        pid, j = tl.program_id(0), tl.program_id(1)
+        b, h = pid // H, pid % H
+        offs, c = tl.arange(0, BQ), j * CB + tl.arange(0, CB)
+        t = c[:, None] * Q + offs[None, :]
+        m = (c < NC)[:, None] & (offs < Q)[None, :] & (t < T)
+        v = tl.load(src_ptr + b * ssb + t * sst + h * ssh, mask=m, other=0.)
+        if PHASE:
+            v = tl.where(m, _softplus(v.to(tl.float32)), 0.0).to(tl.float64) * tl.load(aim_ptr + h).to(tl.float64)
+        else:
+            v = v.to(tl.float64)
+        tl.store(sums_ptr + pid * tl.num_programs(1) + j, tl.sum(tl.sum(v, axis=1), axis=0))
+
+
 # %% ../../../nbs/05a_triton_phases.ipynb #65200276
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC", "TPS"])
-    def phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr,
+    def phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, sums_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr,
                            sdb, sdt, sdh, T, H, Q, NC, TPS, BQ: tl.constexpr, CB: tl.constexpr):
         """One (b, h), tiles [s TPS, (s+1) TPS) of it: alpha = chunk-local cumsum of softplus(dt) Re A (fp32); theta =
         fp64 running sum of softplus(dt) Im A mod 2pi. One loop step takes a tile of CB chunks x BQ steps: few, wide
-        steps instead of NC narrow ones. A program first sums the phase of the tiles before its own, tile by tile as the
-        first program does, so any split gives the same bits."""
+        steps instead of NC narrow ones. A program first adds up the phase of the tiles before its own (`tile_sums_kernel`'s
+        sums, read from `sums_ptr` (B*H, tiles)) in the order the first program adds them, so any split gives the same bits."""
         pid, s = tl.program_id(0), tl.program_id(1)
         b, h = pid // H, pid % H
         a_re = tl.load(are_ptr + h).to(tl.float32)
@@ -176,12 +197,8 @@ if HAS_TRITON:
         offs, offs_c = tl.arange(0, BQ), tl.arange(0, CB)
         two_pi = tl.full([], 6.283185307179586, tl.float64)   # 2*pi built as fp64 (a bare float literal would be fp32)
         carry = tl.sum(tl.zeros([CB], dtype=tl.float64), axis=0)                    # fp64 phase carried over tiles
-        for c0 in range(0, s * TPS * CB, CB):                                       # the tiles before this program's
-            c = c0 + offs_c
-            t = c[:, None] * Q + offs[None, :]
-            m = (c < NC)[:, None] & (offs < Q)[None, :] & (t < T)
-            x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
-            carry += tl.sum(tl.sum(tl.where(m, _softplus(x), 0.0).to(tl.float64) * a_im, axis=1), axis=0)
+        for j in range(0, s * TPS):                                                 # the tiles before this program's
+            carry += tl.load(sums_ptr + pid * tl.cdiv(NC, CB) + j)
         for c0 in range(s * TPS * CB, tl.minimum(NC, (s + 1) * TPS * CB), CB):
             c = c0 + offs_c                                                         # (CB,) chunk index
             t = c[:, None] * Q + offs[None, :]                                      # (CB, BQ) step index
@@ -207,12 +224,13 @@ if HAS_TRITON:
 # %% ../../../nbs/05a_triton_phases.ipynb #7353de90
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC", "TPS"])
-    def phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, kdk_ptr, gs_ptr, a_ptr, ddt_ptr, dare_ptr,
+    def phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, sums_ptr, dthend_ptr, kdk_ptr, gs_ptr, a_ptr, ddt_ptr, dare_ptr,
                            daim_ptr, sdb, sdt, sdh, sob, sot, soh, T, H, Q, NC, TPS, HAS_DTHEND: tl.constexpr,
                            HAS_END: tl.constexpr, BQ: tl.constexpr, CB: tl.constexpr):
         """Transpose of the above, tiles in reverse: suffix sums of dalpha (within a chunk) and dtheta (whole sequence,
         fp64). With HAS_END, dalpha comes in 05c's pieces and each chunk's last step gets its end terms added here.
-        Program (b h, s) first sums dtheta over the tiles after its own, and writes its part of dA at [s, b, h]."""
+        Program (b h, s) first adds up dtheta over the tiles after its own (their `tile_sums_kernel` sums, last tile
+        first), and writes its part of dA at [s, b, h]."""
         pid, s = tl.program_id(0), tl.program_id(1)
         b, h = pid // H, pid % H
         a_re = tl.load(are_ptr + h).to(tl.float32)
@@ -226,11 +244,7 @@ if HAS_TRITON:
         n_tiles = tl.cdiv(NC, CB)
         lo, hi = s * TPS, tl.minimum(n_tiles, (s + 1) * TPS)                       # this program's tiles
         for i in range(0, n_tiles - hi):                                            # the tiles after them, in reverse
-            c = (n_tiles - 1 - i) * CB + offs_c
-            t = c[:, None] * Q + offs[None, :]
-            m = (c < NC)[:, None] & (offs < Q)[None, :] & (t < T)
-            g = tl.load(dth_ptr + (b * NC * Q + t) * H + h, mask=m, other=0.).to(tl.float64)
-            carry += tl.sum(tl.sum(g, axis=1), axis=0)
+            carry += tl.load(sums_ptr + pid * n_tiles + n_tiles - 1 - i)
         for i in range(n_tiles - hi, n_tiles - lo):
             c = (n_tiles - 1 - i) * CB + offs_c                                     # (CB,) chunk index
             t = c[:, None] * Q + offs[None, :]                                      # (CB, BQ) step index
@@ -273,6 +287,16 @@ def tiles_per_program(Bsz: int, H: int, NC: int, CB: int) -> tuple:
     tps = triton.cdiv(n_tiles, max(1, min(n_tiles, PHASE_PROGRAMS // (Bsz * H))))
     return tps, triton.cdiv(n_tiles, tps)
 
+def tile_sums(src, strides, A_im, Bsz, H, T, Q, CB, splits, phase):
+    """`tile_sums_kernel` over every tile of every (b, h): (B*H, tiles) fp64, what a split phase kernel adds up in
+    place of the tiles before (forward, `phase`) or after (backward) its own. Unsplit (`splits` 1): nothing to add, no
+    launch; A_im itself stands in for the pointer, never read."""
+    if splits == 1: return A_im
+    NC = triton.cdiv(T, Q)
+    sums = torch.empty(Bsz * H, triton.cdiv(NC, CB), dtype=torch.float64, device=src.device)
+    tile_sums_kernel[sums.shape](src, A_im, sums, *strides, T, H, Q, NC, PHASE=phase, BQ=block_size(Q), CB=CB)
+    return sums
+
 def phases_forward(dt, A_re, A_im, Q, CB=None):
     """`chunk_log_decays_and_phases` on one kernel: dt (B,T,H) any strides, A_re and A_im (H,) fp32 contiguous;
     `CB` chunks per loop step (default `chunks_per_tile`).
@@ -285,7 +309,8 @@ def phases_forward(dt, A_re, A_im, Q, CB=None):
     theta_end = torch.empty(Bsz, H, dtype=torch.float32, device=dt.device)
     CB = CB or chunks_per_tile(Q)
     tps, splits = tiles_per_program(Bsz, H, NC, CB)
-    phases_fwd_kernel[(Bsz * H, splits)](dt, A_re, A_im, alpha, cos, sin, theta_end, *dt.stride(), T, H, Q, NC, tps,
+    sums = tile_sums(dt, dt.stride(), A_im, Bsz, H, T, Q, CB, splits, phase=True)
+    phases_fwd_kernel[(Bsz * H, splits)](dt, A_re, A_im, sums, alpha, cos, sin, theta_end, *dt.stride(), T, H, Q, NC, tps,
                                          BQ=block_size(Q), CB=CB)
     return alpha, cos, sin, theta_end
 
@@ -302,7 +327,8 @@ def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q, CB=None, end_
     dare, daim = (torch.empty(splits, Bsz, H, dtype=torch.float32, device=dt.device) for _ in range(2))   # partial sums
     dthe = None if dtheta_end is None else dtheta_end.float().contiguous()
     ends = end_terms or (dalpha, dalpha, dalpha)                                      # never read without HAS_END
-    phases_bwd_kernel[(Bsz * H, splits)](dt, A_re, A_im, dalpha, dtheta, dthe if dthe is not None else dare, *ends, ddt,
+    sums = tile_sums(dtheta, dtheta.stride(), A_im, Bsz, H, T, Q, CB, splits, phase=False)
+    phases_bwd_kernel[(Bsz * H, splits)](dt, A_re, A_im, dalpha, dtheta, sums, dthe if dthe is not None else dare, *ends, ddt,
                                          dare, daim, *dt.stride(), *ddt.stride(), T, H, Q, NC, tps,
                                          HAS_DTHEND=dthe is not None, HAS_END=end_terms is not None, BQ=block_size(Q), CB=CB)
     return ddt, dare.sum((0, 1)), daim.sum((0, 1))
