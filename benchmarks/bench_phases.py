@@ -37,7 +37,7 @@ def main():
                 tps = triton.cdiv(NC, CB)                       # one program per (b, h) walks all the tiles
                 fwd = lambda: phases_fwd_kernel[(Bsz * H,)](dt, A_re, A_im, A_im, alpha, cos, sin, th_end, *dt.stride(), T, H,
                                                             Q, NC, tps, BQ=block_size(Q), CB=CB, num_warps=warps)
-                bwd = lambda: phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, da, dth, A_im, dare, kdk, gs, alpha, ddt, dare,
+                bwd = lambda: phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, da, dth, dare, kdk, gs, alpha, ddt, dare,
                                                             daim, *dt.stride(), *ddt.stride(), T, H, Q, NC, tps,
                                                             HAS_DTHEND=False, HAS_END=True, BQ=block_size(Q), CB=CB,
                                                             num_warps=warps)

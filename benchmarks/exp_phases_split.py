@@ -14,10 +14,13 @@ sector per program.
     python benchmarks/exp_phases_split.py --out benchmarks/results/phases_split_h200.json
     python benchmarks/exp_phases_split.py --launchers --out benchmarks/results/phase_sums_h200.json
 
-Since the split's first measurement a split program no longer walks the tiles outside its own: 05a's
-`tile_sums_kernel` sums every tile in one parallel launch first and the program adds those sums up (the same numbers in
-the same order), so its walk is its own tiles only. `--launchers` times the package's launchers (whichever package is
-imported) at each S.
+Since the split's first measurement a split *forward* program no longer walks the tiles before its own: 05a's
+`tile_sums_kernel` sums every tile's phase in one parallel launch first and the program adds those sums up (the same
+numbers in the same order). `--launchers` times the package's launchers (whichever package is imported) with
+`PHASE_PROGRAMS` set to S*B*H: the backward's split is S; the forward's, today, one tile a program wherever S >= 2.
+(`phase_sums_h200.json` was measured with the sums before both kernels and the forward split S ways: the forward
+gained, 37.4 -> 30.3 us at S=4 and 26.2 at S=8, the backward lost, 26.8 -> 28.2 at S=4; the package keeps the sums
+in the forward only.)
 """
 import argparse, itertools, json, sys
 
@@ -153,7 +156,7 @@ def split_forward(dt, A_re, A_im, Q, CB, S, warps=4):
     f32 = dict(dtype=torch.float32, device=dt.device)
     alpha, cos, sin, th_end = torch.empty(Bsz, NC * Q, H, **f32), torch.empty(Bsz, T, H, **f32), torch.empty(Bsz, T, H, **f32), torch.empty(Bsz, H, **f32)
     S = triton.cdiv(triton.cdiv(NC, CB), TPS)
-    sums = phases.tile_sums(dt, dt.stride(), A_im, Bsz, H, T, Q, CB, S, phase=True)
+    sums = phases.tile_sums(dt, A_im, Q, CB, S)
     phases.phases_fwd_kernel[(Bsz * H, S)](dt, A_re, A_im, sums, alpha, cos, sin, th_end, *dt.stride(), T, H, Q, NC, TPS,
                                            BQ=block_size(Q), CB=CB, num_warps=warps)
     return alpha, cos, sin, th_end
@@ -165,8 +168,7 @@ def split_backward(dt, A_re, A_im, dalpha, dtheta, kdk, gs, alpha, Q, CB, S, war
     NC = dalpha.shape[1] // Q; TPS = triton.cdiv(triton.cdiv(NC, CB), S); S = triton.cdiv(triton.cdiv(NC, CB), TPS)
     ddt = torch.empty(Bsz, T, H, dtype=dt.dtype, device=dt.device)
     dare, daim = (torch.empty(S, Bsz, H, dtype=torch.float32, device=dt.device) for _ in range(2))
-    sums = phases.tile_sums(dtheta, dtheta.stride(), A_im, Bsz, H, T, Q, CB, S, phase=False)
-    phases.phases_bwd_kernel[(Bsz * H, S)](dt, A_re, A_im, dalpha, dtheta, sums, dare, kdk, gs, alpha, ddt, dare, daim,
+    phases.phases_bwd_kernel[(Bsz * H, S)](dt, A_re, A_im, dalpha, dtheta, dare, kdk, gs, alpha, ddt, dare, daim,
                                            *dt.stride(), *ddt.stride(), T, H, Q, NC, TPS, HAS_DTHEND=False, HAS_END=True,
                                            BQ=block_size(Q), CB=CB, num_warps=warps)
     return ddt, dare.sum((0, 1)), daim.sum((0, 1))
@@ -209,9 +211,10 @@ def check(dev, Bsz=2, T=1000, H=3, Q=16, F=40):
 
 
 def launchers(dev, splits=(1, 2, 4, 8)):
-    """05a's launchers as a step calls them (`phases_forward`, `phases_backward` with 05c's end terms), each (b, h)
-    walk split over S programs by setting `PHASE_PROGRAMS` to S*B*H: the figure for whichever package is imported, so
-    one lease can time two commits' packages. Outputs against S=1's (forward and d(dt): bit for bit)."""
+    """05a's launchers as a step calls them (`phases_forward`, `phases_backward` with 05c's end terms) with
+    `PHASE_PROGRAMS` set to S*B*H (how each splits at that setting is the imported package's `tiles_per_program`): the
+    figure for whichever package is imported, so one lease can time two commits' packages. Outputs against S=1's
+    (forward and d(dt): bit for bit)."""
     from common import graph_ms
     rows, saved = [], phases.PHASE_PROGRAMS
     for Bsz, T in ((16, 2048), (4, 8192)):

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['INTERPRET', 'MAX_BLOCK', 'MAX_SHARED_PER_BLOCK', 'PHASE_PROGRAMS', 'require_triton', 'check_block_dims', 'block_size',
            'dot_precision', 'strides3', 'device_capability', 'one_layout', 'rotate_forward', 'rotate_backward',
-           'chunks_per_tile', 'tiles_per_program', 'tile_sums', 'phases_forward', 'phases_backward', 'HAS_TRITON']
+           'tile_sums', 'chunks_per_tile', 'tiles_per_program', 'phases_forward', 'phases_backward', 'HAS_TRITON']
 
 # %% ../../../nbs/05a_triton_phases.ipynb #24fad4d6
 import os
@@ -163,22 +163,29 @@ if HAS_TRITON:
 # %% ../../../nbs/05a_triton_phases.ipynb #834434fe
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])
-    def tile_sums_kernel(src_ptr, aim_ptr, sums_ptr, ssb, sst, ssh, T, H, Q, NC, PHASE: tl.constexpr,
-                         BQ: tl.constexpr, CB: tl.constexpr):
-        """One (b, h, tile of CB chunks): the fp64 sum over the tile of softplus(dt) Im A (PHASE: the phase the tile adds,
-        src = dt) or of dtheta (src = dtheta, laid out (B, NC*Q, H)), reduced as the phase kernels reduce a tile. A split
-        phase kernel adds these up instead of walking the tiles that are not its own."""
+    def tile_sums_kernel(dt_ptr, aim_ptr, sums_ptr, sdb, sdt, sdh, T, H, Q, NC, BQ: tl.constexpr, CB: tl.constexpr):
+        """One (b, h, tile of CB chunks): the phase the tile adds, the fp64 sum of softplus(dt) Im A over it, reduced as
+        `phases_fwd_kernel` reduces a tile. A split forward adds these up instead of walking the tiles before its own."""
         pid, j = tl.program_id(0), tl.program_id(1)
         b, h = pid // H, pid % H
         offs, c = tl.arange(0, BQ), j * CB + tl.arange(0, CB)
         t = c[:, None] * Q + offs[None, :]
         m = (c < NC)[:, None] & (offs < Q)[None, :] & (t < T)
-        v = tl.load(src_ptr + b * ssb + t * sst + h * ssh, mask=m, other=0.)
-        if PHASE:
-            v = tl.where(m, _softplus(v.to(tl.float32)), 0.0).to(tl.float64) * tl.load(aim_ptr + h).to(tl.float64)
-        else:
-            v = v.to(tl.float64)
+        x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
+        v = tl.where(m, _softplus(x), 0.0).to(tl.float64) * tl.load(aim_ptr + h).to(tl.float64)
         tl.store(sums_ptr + pid * tl.num_programs(1) + j, tl.sum(tl.sum(v, axis=1), axis=0))
+
+
+# %% ../../../nbs/05a_triton_phases.ipynb #12c79bf0
+def tile_sums(dt, A_im, Q, CB, splits):
+    """`tile_sums_kernel` over every tile of every (b, h): (B*H, tiles) fp64, what a split forward adds up in place of
+    the tiles before its own. Unsplit (`splits` 1): nothing to add, no launch; A_im stands in for the pointer, never read."""
+    if splits == 1: return A_im
+    Bsz, T, H = dt.shape
+    NC = triton.cdiv(T, Q)
+    sums = torch.empty(Bsz * H, triton.cdiv(NC, CB), dtype=torch.float64, device=dt.device)
+    tile_sums_kernel[sums.shape](dt, A_im, sums, *dt.stride(), T, H, Q, NC, BQ=block_size(Q), CB=CB)
+    return sums
 
 
 # %% ../../../nbs/05a_triton_phases.ipynb #65200276
@@ -224,13 +231,12 @@ if HAS_TRITON:
 # %% ../../../nbs/05a_triton_phases.ipynb #7353de90
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC", "TPS"])
-    def phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, sums_ptr, dthend_ptr, kdk_ptr, gs_ptr, a_ptr, ddt_ptr, dare_ptr,
+    def phases_bwd_kernel(dt_ptr, are_ptr, aim_ptr, da_ptr, dth_ptr, dthend_ptr, kdk_ptr, gs_ptr, a_ptr, ddt_ptr, dare_ptr,
                            daim_ptr, sdb, sdt, sdh, sob, sot, soh, T, H, Q, NC, TPS, HAS_DTHEND: tl.constexpr,
                            HAS_END: tl.constexpr, BQ: tl.constexpr, CB: tl.constexpr):
         """Transpose of the above, tiles in reverse: suffix sums of dalpha (within a chunk) and dtheta (whole sequence,
         fp64). With HAS_END, dalpha comes in 05c's pieces and each chunk's last step gets its end terms added here.
-        Program (b h, s) first adds up dtheta over the tiles after its own (their `tile_sums_kernel` sums, last tile
-        first), and writes its part of dA at [s, b, h]."""
+        Program (b h, s) first sums dtheta over the tiles after its own, and writes its part of dA at [s, b, h]."""
         pid, s = tl.program_id(0), tl.program_id(1)
         b, h = pid // H, pid % H
         a_re = tl.load(are_ptr + h).to(tl.float32)
@@ -244,7 +250,11 @@ if HAS_TRITON:
         n_tiles = tl.cdiv(NC, CB)
         lo, hi = s * TPS, tl.minimum(n_tiles, (s + 1) * TPS)                       # this program's tiles
         for i in range(0, n_tiles - hi):                                            # the tiles after them, in reverse
-            carry += tl.load(sums_ptr + pid * n_tiles + n_tiles - 1 - i)
+            c = (n_tiles - 1 - i) * CB + offs_c
+            t = c[:, None] * Q + offs[None, :]
+            m = (c < NC)[:, None] & (offs < Q)[None, :] & (t < T)
+            g = tl.load(dth_ptr + (b * NC * Q + t) * H + h, mask=m, other=0.).to(tl.float64)
+            carry += tl.sum(tl.sum(g, axis=1), axis=0)
         for i in range(n_tiles - hi, n_tiles - lo):
             c = (n_tiles - 1 - i) * CB + offs_c                                     # (CB,) chunk index
             t = c[:, None] * Q + offs[None, :]                                      # (CB, BQ) step index
@@ -279,23 +289,15 @@ def chunks_per_tile(Q: int, tile_steps: int = 1024) -> int:
 
 PHASE_PROGRAMS = 256                     # programs the phase kernels aim for (the H200's best, `exp_phases_split.py`)
 
-def tiles_per_program(Bsz: int, H: int, NC: int, CB: int) -> tuple:
-    """(tiles a program takes, programs per (b, h)): one program per (b, h) walks all its tiles where B*H programs are
-    `PHASE_PROGRAMS` or more; fewer (a long T at a small batch) split each walk over up to that many programs. A function
-    of the shape alone, so a run gives the same bits on any GPU."""
-    n_tiles = triton.cdiv(NC, CB)
-    tps = triton.cdiv(n_tiles, max(1, min(n_tiles, PHASE_PROGRAMS // (Bsz * H))))
+def tiles_per_program(Bsz: int, H: int, NC: int, CB: int, summed: bool = False) -> tuple:
+    """(tiles a program takes, programs per (b, h)): one program per (b, h) walks all its tiles where B*H is more than
+    half `PHASE_PROGRAMS`; at fewer (a long T at a small batch) each walk is split over up to `PHASE_PROGRAMS` programs
+    in all (the backward, whose programs walk the tiles after their own first) or, `summed` (the forward, which reads
+    `tile_sums` instead), into one tile a program. A function of the shape alone, so a run gives the same bits on any GPU."""
+    n_tiles, per_bh = triton.cdiv(NC, CB), PHASE_PROGRAMS // (Bsz * H)
+    if per_bh < 2: return n_tiles, 1
+    tps = triton.cdiv(n_tiles, n_tiles if summed else min(n_tiles, per_bh))
     return tps, triton.cdiv(n_tiles, tps)
-
-def tile_sums(src, strides, A_im, Bsz, H, T, Q, CB, splits, phase):
-    """`tile_sums_kernel` over every tile of every (b, h): (B*H, tiles) fp64, what a split phase kernel adds up in
-    place of the tiles before (forward, `phase`) or after (backward) its own. Unsplit (`splits` 1): nothing to add, no
-    launch; A_im itself stands in for the pointer, never read."""
-    if splits == 1: return A_im
-    NC = triton.cdiv(T, Q)
-    sums = torch.empty(Bsz * H, triton.cdiv(NC, CB), dtype=torch.float64, device=src.device)
-    tile_sums_kernel[sums.shape](src, A_im, sums, *strides, T, H, Q, NC, PHASE=phase, BQ=block_size(Q), CB=CB)
-    return sums
 
 def phases_forward(dt, A_re, A_im, Q, CB=None):
     """`chunk_log_decays_and_phases` on one kernel: dt (B,T,H) any strides, A_re and A_im (H,) fp32 contiguous;
@@ -308,8 +310,8 @@ def phases_forward(dt, A_re, A_im, Q, CB=None):
     cos, sin = (torch.empty(Bsz, T, H, dtype=torch.float32, device=dt.device) for _ in range(2))
     theta_end = torch.empty(Bsz, H, dtype=torch.float32, device=dt.device)
     CB = CB or chunks_per_tile(Q)
-    tps, splits = tiles_per_program(Bsz, H, NC, CB)
-    sums = tile_sums(dt, dt.stride(), A_im, Bsz, H, T, Q, CB, splits, phase=True)
+    tps, splits = tiles_per_program(Bsz, H, NC, CB, summed=True)
+    sums = tile_sums(dt, A_im, Q, CB, splits)
     phases_fwd_kernel[(Bsz * H, splits)](dt, A_re, A_im, sums, alpha, cos, sin, theta_end, *dt.stride(), T, H, Q, NC, tps,
                                          BQ=block_size(Q), CB=CB)
     return alpha, cos, sin, theta_end
@@ -327,8 +329,7 @@ def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q, CB=None, end_
     dare, daim = (torch.empty(splits, Bsz, H, dtype=torch.float32, device=dt.device) for _ in range(2))   # partial sums
     dthe = None if dtheta_end is None else dtheta_end.float().contiguous()
     ends = end_terms or (dalpha, dalpha, dalpha)                                      # never read without HAS_END
-    sums = tile_sums(dtheta, dtheta.stride(), A_im, Bsz, H, T, Q, CB, splits, phase=False)
-    phases_bwd_kernel[(Bsz * H, splits)](dt, A_re, A_im, dalpha, dtheta, sums, dthe if dthe is not None else dare, *ends, ddt,
+    phases_bwd_kernel[(Bsz * H, splits)](dt, A_re, A_im, dalpha, dtheta, dthe if dthe is not None else dare, *ends, ddt,
                                          dare, daim, *dt.stride(), *ddt.stride(), T, H, Q, NC, tps,
                                          HAS_DTHEND=dthe is not None, HAS_END=end_terms is not None, BQ=block_size(Q), CB=CB)
     return ddt, dare.sum((0, 1)), daim.sum((0, 1))
