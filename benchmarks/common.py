@@ -106,14 +106,17 @@ def rel_diff(a, b) -> float:
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
-def sweep_cli(doc: str, name: str):
+def sweep_cli(doc: str, name: str, extra=None):
     """The command line of a launch sweep at the training shape: `--rounds`, `--batch`, `--seq` (the 434M model's micro-batch
-    by default; `--batch 4 --seq 8192` for the long run's) and `--out`; refuses on a CPU. Returns (args, shape dict)."""
+    by default; `--batch 4 --seq 8192` for the long run's), `--out`, and what `extra(parser)` adds; refuses on a CPU.
+    Returns (args, shape dict)."""
     import argparse
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch", type=int, default=16); p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--out"); a = p.parse_args()
+    p.add_argument("--out")
+    if extra: extra(p)
+    a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit(f"{name}: needs a CUDA GPU (it times kernels)")
     return a, dict(TRAINING_SHAPE, Bsz=a.batch, T=a.seq)
 
