@@ -43,7 +43,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mamba3_lite.ssd.triton.phases import block_size, dot, dot_precision
+from common import rel_diff
+from mamba3_lite.ssd.triton.phases import block_size, dot, dot_precision, strides3
 
 
 @triton.jit
@@ -222,11 +223,6 @@ def bwd_chunk_rot_kernel(br_ptr, bi_ptr, cr_ptr, ci_ptr, x_ptr, dy_ptr, a_ptr, s
     tl.store(dth_ptr + part, dth, mask=offs < Q)
 
 
-def s3(t):
-    "(batch, time, head) strides."
-    return t.stride(0), t.stride(1), t.stride(2)
-
-
 def states_rot(re, im, cos, sin, v, alpha, Q, is_q, BM=64, BD=64, num_warps=4, num_stages=2):
     "The state pass (or, `is_q`, its reverse) reading B (or C) planes: states (B,NC,H,M,D) in v's dtype, final (B,H,M,D) fp32."
     Bsz, T, H, N = re.shape
@@ -235,7 +231,7 @@ def states_rot(re, im, cos, sin, v, alpha, Q, is_q, BM=64, BD=64, num_warps=4, n
     st = torch.empty(Bsz, NC, H, M, D, dtype=v.dtype, device=v.device)
     sf = torch.empty(Bsz, H, M, D, dtype=torch.float32, device=v.device)
     state_rot_kernel[(triton.cdiv(M, BM), triton.cdiv(D, BD), Bsz * H)](
-        re, im, cos, sin, v, alpha, st, sf, *s3(re), *s3(v), T, H, M, D, Q, NC, IS_Q=is_q, PREC=dot_precision(v.dtype),
+        re, im, cos, sin, v, alpha, st, sf, *strides3(re), *strides3(v), T, H, M, D, Q, NC, IS_Q=is_q, PREC=dot_precision(v.dtype),
         BQ=block_size(Q), BM=BM, BD=BD, num_warps=num_warps, num_stages=num_stages)
     return st, sf
 
@@ -247,7 +243,7 @@ def scan_y_rot(bc, cos, sin, x, alpha, states, Q, BC=64, BD=64, num_warps=4, num
     BC, BD = min(BC, block_size(Q)), min(BD, block_size(D))
     y = torch.empty(Bsz, T, H, D, dtype=x.dtype, device=x.device)
     scan_fwd_rot_kernel[(triton.cdiv(Q, BC) * triton.cdiv(D, BD), Bsz * NC * H)](
-        *bc, cos, sin, x, alpha, states, y, *s3(bc[0]), *s3(x), *s3(y), T, H, N, D, Q, NC, PREC=dot_precision(x.dtype),
+        *bc, cos, sin, x, alpha, states, y, *strides3(bc[0]), *strides3(x), *strides3(y), T, H, N, D, Q, NC, PREC=dot_precision(x.dtype),
         BC=BC, BN=block_size(N), BD=BD, num_warps=num_warps, num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {}))
     return y
 
@@ -261,8 +257,8 @@ def backward_chunk_rot(bc, x, dy, alpha, states, dstates, cos, sin, Q, num_warps
     da, kdk, dth = (torch.empty(Bsz, NC * Q, H, dtype=alpha.dtype, device=x.device) for _ in range(3))
     gs = torch.empty(Bsz, NC, H, dtype=alpha.dtype, device=x.device)
     bwd_chunk_rot_kernel[(Bsz * NC * H,)](
-        *bc, x, dy, alpha, states, dstates, cos, sin, *outs, dx, da, kdk, gs, dth, *s3(bc[0]), *s3(x), *s3(dy),
-        *s3(outs[0]), *s3(dx), T, H, N, D, Q, NC, PREC=dot_precision(x.dtype), BQ=block_size(Q), BN=block_size(N),
+        *bc, x, dy, alpha, states, dstates, cos, sin, *outs, dx, da, kdk, gs, dth, *strides3(bc[0]), *strides3(x), *strides3(dy),
+        *strides3(outs[0]), *strides3(dx), T, H, N, D, Q, NC, PREC=dot_precision(x.dtype), BQ=block_size(Q), BN=block_size(N),
         BD=block_size(D), num_warps=num_warps, num_stages=num_stages)
     return (outs[2], outs[3], outs[0], outs[1]), dx, (da, kdk, gs), dth
 
@@ -319,13 +315,12 @@ def flat(*outs):
 
 def compare(ref_fwd, ref_bwd, new_fwd, new_bwd) -> dict:
     "Largest relative difference of each output, the package's chain against the rotated one (same order of outputs)."
-    def rd(a, b): return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
     q, k, st, y = ref_fwd()
     ds, bcg, dx, ends, dth = ref_bwd(q, k, st)
     st2, y2 = new_fwd()
     ds2, bcg2, dx2, ends2, dth2 = new_bwd(st2)
     names = ["states", "y", "dstates", "dB_re", "dB_im", "dC_re", "dC_im", "dx", "da", "kdk", "gs", "dtheta"]
-    return {n: rd(a, b) for n, a, b in zip(names, flat(st2, y2, ds2, bcg2, dx2, ends2, dth2), flat(st, y, ds, bcg, dx, ends, dth))}
+    return {n: rel_diff(a, b) for n, a, b in zip(names, flat(st2, y2, ds2, bcg2, dx2, ends2, dth2), flat(st, y, ds, bcg, dx, ends, dth))}
 
 
 def check():
