@@ -1,12 +1,15 @@
 """Issue-10 speed sweep in one run on one GPU: training tokens/s of our model (Triton and PyTorch SSD paths, compiled)
 beside a same-size Transformer (SDPA + compile, same vocabulary padding, same fused AdamW, same batch), at T=2048 and
-8192; decode ms/token (chapter 04's `generate` vs chapter 04a's `Decoder`) after 128 / 2k / 8k-token prompts at batch 1
+8192, all in this script's own loop; the `h200` preset through the real command line (`cli`: bench_cli.py's runs);
+decode ms/token (chapter 04's `generate` vs chapter 04a's `Decoder`) after 128 / 2k / 8k-token prompts at batch 1
 and 64; a kernel-time profile of our training step. Prints one JSON record (benchmarks/common.py) and writes it to --out.
 
-    python benchmarks/bench_speed.py --sections train,decode,profile --out benchmarks/results/speed_h200.json
-    python benchmarks/bench_speed.py --smoke          # CPU: tiny shapes, every code path once
+    python benchmarks/bench_speed.py --sections train,cli,decode,profile --out benchmarks/results/speed_h200.json
+    python benchmarks/bench_speed.py --smoke          # CPU: tiny shapes, every code path once (no cli)
 
-Every training configuration runs in its own process (clean peak memory, clean compile caches).
+Every training configuration runs in its own process (clean peak memory, clean compile caches). Each timed stretch
+carries the card's mean SM clock (`common.ClockLog`): an H200 at its 700 W cap runs at the clock its silicon holds,
+so configurations compare by their tokens/s per MHz as well as by their tokens/s.
 MFU = 6 * params * tokens/s / 989 TFLOP/s (H100/H200 dense bf16 datasheet).
 """
 import argparse, json, os, subprocess, sys, time
@@ -66,7 +69,9 @@ def train_one(spec, smoke, compile_mode="default"):
     sync(dev); warm = time.perf_counter() - t0
     warm_peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else None   # CUDA graphs allocate their pool in the warm-up
     if dev.type == "cuda": torch.cuda.reset_peak_memory_stats()
+    timed_from = time.time()
     t = time_fn(step, dev, warmup=0, iters=2 if smoke else 10)
+    timed = [timed_from, time.time()]                  # unix seconds: the parent reads the card's clock over them
     tok_s = batch * seq / t["median_s"]
     return {"name": name, "model": kind, "dispatch": dispatch, "seq": seq, "batch": batch, "pad_vocab_multiple": pad, "compile_mode": compile_mode,
             "fused_cross_entropy": fused, "params": n_params, "warmup_s": round(warm, 1),
@@ -75,7 +80,29 @@ def train_one(spec, smoke, compile_mode="default"):
             "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if dev.type == "cuda" else None,
             "peak_mem_with_warmup_gb": round(max(warm_peak, torch.cuda.max_memory_allocated()) / 1e9, 2) if dev.type == "cuda" else None,
             "reserved_gb": round(torch.cuda.max_memory_reserved() / 1e9, 2) if dev.type == "cuda" else None,
-            "loss_first_last": [round(losses[0].item(), 3), round(losses[-1].item(), 3)]}
+            "loss_first_last": [round(losses[0].item(), 3), round(losses[-1].item(), 3)], "timed_unix": timed}
+
+
+def per_mhz(rec: dict, clocks) -> dict:
+    "`rec` with the card's clock over its timed stretch (`timed_unix`, dropped) and its tokens/s per MHz."
+    window = rec.pop("timed_unix", None)
+    c = clocks.between(*window) if window else None
+    if c: rec.update(clocks=c, tokens_per_s_per_mhz=round(rec["tokens_per_s"] / c["sm_mhz"], 1))
+    return rec
+
+
+def cli(steps: int) -> list[dict]:
+    "The `h200` preset as a user runs it (bench_cli.py): T=2048 x 16 and T=8192 x 4, each its own CLI run."
+    import tempfile
+    from pathlib import Path
+    from bench_cli import run_cli
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seq, batch in ((2048, 16), (8192, 4)):
+            rec = run_cli(seq, batch, steps, 4, "h200", [], Path(tmp))
+            if rec.get("clocks"): rec["tokens_per_s_per_mhz"] = round(rec["tokens_per_s"] / rec["clocks"]["sm_mhz"], 1)
+            print(json.dumps(rec), flush=True); out.append(rec)
+    return out
 
 
 def decode(smoke):
@@ -162,12 +189,13 @@ def main():
     p.add_argument("--idx", help="train configurations by index, e.g. 0,1,4")
     p.add_argument("--smoke", action="store_true"); p.add_argument("--out")
     p.add_argument("--compile_mode", default="default", help="torch.compile mode of the training configurations")
+    p.add_argument("--cli_steps", type=int, default=36, help="training steps of each command-line run (section cli)")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
     sys.path.insert(0, HERE)
     if a.one is not None:
         print("RESULT " + json.dumps(train_one(TRAIN[a.one], a.smoke, a.compile_mode))); return
-    from common import emit
+    from common import ClockLog, emit
     res, secs = {}, a.sections.split(",")
     if "train" in secs:
         res["train"] = []
@@ -176,10 +204,11 @@ def main():
             if a.idx and str(i) not in a.idx.split(","): continue
             t0 = time.perf_counter()
             env = {**os.environ, **({"TRITON_INTERPRET": "1"} if a.smoke and not torch.cuda.is_available() else {})}
-            r = subprocess.run([sys.executable, __file__, "--one", str(i), "--compile_mode", a.compile_mode] + (["--smoke"] if a.smoke else []),
-                               capture_output=True, text=True, env=env)
+            with ClockLog() as clocks:
+                r = subprocess.run([sys.executable, __file__, "--one", str(i), "--compile_mode", a.compile_mode] + (["--smoke"] if a.smoke else []),
+                                   capture_output=True, text=True, env=env)
             line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
-            rec = json.loads(line[0][7:]) if line else {"name": spec[0], "error": (r.stderr or r.stdout)[-1500:]}
+            rec = per_mhz(json.loads(line[0][7:]), clocks) if line else {"name": spec[0], "error": (r.stderr or r.stdout)[-1500:]}
             rec["wall_s"] = round(time.perf_counter() - t0, 1)
             print(json.dumps(rec), flush=True); res["train"].append(rec)
         ok = {r["name"]: r for r in res["train"] if "tokens_per_s" in r}
@@ -187,6 +216,12 @@ def main():
         if ours and tf: res["ratio_ours_over_transformer_T2048"] = round(ours["tokens_per_s"] / tf["tokens_per_s"], 3)
         o8, t8 = ok.get(TRAIN[5][0]), ok.get(TRAIN[6][0])
         if o8 and t8: res["ratio_ours_over_transformer_T8192"] = round(o8["tokens_per_s"] / t8["tokens_per_s"], 3)
+    if "cli" in secs and not a.smoke:
+        res["cli"] = cli(a.cli_steps)
+        by_seq = {r["seq"]: r for r in res["cli"] if "tokens_per_s" in r}
+        tf = {r["seq"]: r for r in res.get("train", []) if r.get("model") == "transformer" and "tokens_per_s" in r}
+        for seq in sorted(by_seq.keys() & tf.keys()):
+            res[f"ratio_cli_over_transformer_T{seq}"] = round(by_seq[seq]["tokens_per_s"] / tf[seq]["tokens_per_s"], 3)
     if "decode" in secs: res["decode"] = decode(a.smoke); print(json.dumps(res["decode"]), flush=True)
     if "profile" in secs: res["profile"] = profile(a.smoke)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
