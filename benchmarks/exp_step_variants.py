@@ -1,10 +1,13 @@
-"""Three ways to spend less GPU time between a step's micro-batches and its update, each tried on the trainer's real
-step in a process of its own beside the trainer as it is. An experiment: none of them is in the package.
+"""Ways to spend less GPU time in a training step (around the update, and in Inductor's own kernels), each tried on
+the trainer's real step in a process of its own beside the trainer as it is. An experiment: none of them is in the
+package.
 
 - `clip_in_adamw`: the clip coefficient handed to fused AdamW as its `grad_scale` (the kernel divides each gradient
   as it reads it) instead of `_foreach_mul_` over every gradient before the update.
 - `foreach_accumulate`: a later micro-batch's gradients are left to autograd as new tensors (no add a parameter,
   ~300 launches a step) and then added to the earlier sum by one `_foreach_add_`. Bit-identical: fp32 addition commutes.
+- `combo_kernels`, `aggressive_fusion`, `max_autotune_pointwise`: Inductor options set before the model compiles
+  (its first step): fewer launches, larger fused kernels, tuned block sizes for its own kernels.
 - `compiled_autograd`: every backward traced and compiled whole (torch._dynamo's compiled autograd), so the second
   micro-batch's bf16→fp32 gradient casts and the accumulation can fuse. The loss is scaled by a 0-d tensor: with the
   trainer's Python divisor Inductor failed on torch 2.11 (`results/compiled_autograd_h200_failed.log`).
@@ -24,7 +27,8 @@ import torch
 
 from common import ClockLog, emit, sync, timed_steps
 
-VARIANTS = ("base", "clip_in_adamw", "foreach_accumulate", "compiled_autograd")
+VARIANTS = ("base", "clip_in_adamw", "foreach_accumulate", "compiled_autograd", "combo_kernels", "aggressive_fusion",
+            "max_autotune_pointwise")
 
 
 def clip_in_adamw(t):
@@ -66,6 +70,24 @@ def compiled_autograd(t):
         t._batches.prefetch()
         return loss.detach().float()
     t._micro_step = micro_step
+
+
+def combo_kernels(t):
+    "Inductor's combo kernels: independent kernels of a graph (e.g. the norms' weight-gradient sums) as one launch."
+    import torch._inductor.config as inductor
+    inductor.combo_kernels = True
+
+
+def aggressive_fusion(t):
+    "Inductor fuses nodes even where they share no memory access (fewer, larger kernels)."
+    import torch._inductor.config as inductor
+    inductor.aggressive_fusion = True
+
+
+def max_autotune_pointwise(t):
+    "Inductor benchmarks block sizes for each pointwise and reduction kernel (not the GEMMs: they stay cuBLAS)."
+    import torch._inductor.config as inductor
+    inductor.max_autotune_pointwise = True
 
 
 def one_run(a) -> dict:
