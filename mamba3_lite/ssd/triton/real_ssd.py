@@ -26,7 +26,7 @@ TUNE = dict(BC=64, BM_state=32, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state
             bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1, rotate_in_state=False,
             state_wide=dict(BM=64, BD=64, num_warps=4, num_stages=2), state_wide_pairs=None,
             state_few_forward=dict(BM=64, BD=64, num_warps=8, num_stages=4),
-            state_few_backward=dict(BM=32, BD=64, num_warps=8, num_stages=3), state_few_pairs=None)
+            state_few_backward=dict(BM=64, BD=64, num_warps=8, num_stages=4), state_few_pairs=None)
 # (major, minor) -> the entries of TUNE that GPU changes. Hopper: the scan's output kernel with one stage and at most
 # 168 registers a thread, three programs an SM instead of two; the state passes' wide tiles from 256 (batch, head)
 # pairs up, each pass's own tiles up to 64 (all measured on an H200; see below)
