@@ -307,7 +307,7 @@ def test_launchers_choose_by_capability(compiled):
         few = {(r["kernel"], r["config"]["BM"], r["config"]["BD"], r["config"]["num_stages"]) for r in recs
                if r["kernel"] in ("state_fwd_kernel", "state_bwd_kernel") and r["config"]["num_warps"] == 8
                and any(sc.startswith("default") for sc in r["scenarios"])}   # the tiny model's tiles shrink to its M, D
-        want = {("state_fwd_kernel", 64, 64, 4), ("state_bwd_kernel", 32, 64, 3)}     # 05d's state_few_* on Hopper
+        want = {("state_fwd_kernel", 64, 64, 4), ("state_bwd_kernel", 64, 64, 4)}     # 05d's state_few_* on Hopper
         assert few == (want if cap == 90 else set()), (cap, few)
 
 
