@@ -90,7 +90,7 @@ if HAS_TRITON:
             ms = (offs_s < Q) & (t_s < T)
             a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
             # a_end also enters the product's decays, as an exact zero for any a_end: Triton's software pipeline
-            # prefetches only loads that feed a product, and a plain a_end is a load every step waits for (above)
+            # prefetches only loads that feed a product; a plain a_end is a load every step of the walk waits for
             e = tl.exp(tl.where(ms, a_s, float("-inf")) + tl.minimum(tl.maximum(a_end, -3.0e38), 0.) * 0.)
             qT = tl.load(q_ptr + b * sqb + t_s[None, :] * sqt + h * sqh + offs_m[:, None],
                          mask=(offs_m < M)[:, None] & ms[None, :], other=0.)              # (BM, BQ)
