@@ -1,23 +1,26 @@
-"""Why is chapter 05b's reverse state pass slower than its forward one at the same tiles? An experiment, not a kernel
+"""Why was chapter 05b's reverse state pass slower than its forward one at the same tiles? An experiment, not a kernel
 of the package.
 
 The two walks do the same work a chunk: one (BM, Q) x (Q, BD) product into a running state, a store of that state,
-64 decays. Their compiled bodies (TTGIR) differ in one load: the forward's chunk-end decay alpha_end feeds the
-product (through w = e^{alpha_end - alpha_s}), so Triton's software pipeline prefetches it; the reverse pass's scales
-only the running state and is a plain load on every step. Yet the reverse pass took 0.144 ms a call against the
+64 decays. Their compiled bodies (TTGIR) differed in one load: the forward's chunk-end decay alpha_end feeds the
+product (through w = e^{alpha_end - alpha_s}), so Triton's software pipeline prefetches it; the reverse pass's scaled
+only the running state and was a plain load on every step. The reverse pass took 0.144 ms a call against the
 forward's 0.097 at T=8192 with the same 64 x 64 tiles, 8 warps, 4 stages (`state_tiles_8192_h200.json`). Timed here,
-at the package's reverse-pass tiles for the shape and at the forward's 64 x 64 / 8 warps / 4 stages:
+at the package's reverse-pass tiles for the shape and at BM 32 or 64 (BD 64), 4 or 8 warps, 2-4 stages:
 
-- `package`: 05b's `state_bwd_kernel`;
-- `a_end_from_vector`: alpha_end read out of the chunk's already-loaded decays (the element at Q-1, by a masked sum), no
-  load of its own; the same numbers (checked against `package`, bit for bit);
-- `a_end_in_product`: alpha_end loaded as the package loads it, then added into the product's decays as an exact zero
-  (min(max(alpha_end, -3e38), 0) x 0), so that the pipeline sees it feed the product and prefetches it; the same numbers;
-- `ascending`: the same walk over the chunks in ascending order, a timing probe only (wrong numbers: not compared);
+- `package`: 05b's `state_bwd_kernel` as it is: alpha_end added into the product's decays as an exact zero
+  (min(max(alpha_end, -3e38), 0) x 0), so that the pipeline sees it feed the product and prefetches it;
+- `plain_load`: the same walk with alpha_end a plain load, the package's kernel before 2026-12-04; the same numbers
+  (checked against `package`, bit for bit);
+- `a_end_from_vector` (package tiles only): alpha_end read out of the chunk's already-loaded decays (the element at
+  Q-1, by a masked sum), no load of its own; the same numbers;
+- `ascending` (package tiles only): that last walk over the chunks in ascending order, a timing probe (wrong numbers:
+  not compared);
 - `forward`: 05b's `state_fwd_kernel` on the same tensors (q for k, dy for x), the walk it is compared with.
 
-GPU time per call queued 20 at a time (`common.queued_ms`), the median of `--rounds`, at the package's tiles and at
-BM 32 or 64 (BD 64), 4 or 8 warps, 2-4 stages (the probes at the package's tiles only). Prints one JSON record.
+The recorded runs (`state_bwd_order_{8192,2048}_h200.json`, 2026-12-04) predate the change: their `package` rows are
+`plain_load` here, their `a_end_in_product` rows `package`. GPU time per call queued 20 at a time
+(`common.queued_ms`), the median of `--rounds`. Prints one JSON record.
 
     python benchmarks/exp_state_bwd_order.py --batch 4 --seq 8192 --out benchmarks/results/state_bwd_order_8192_h200.json
 """
@@ -34,9 +37,10 @@ from mamba3_lite.ssd.triton.chunk_state import state_bwd_kernel, state_fwd_kerne
 
 @triton.jit(do_not_specialize=["T", "NC"])
 def reverse_probe_kernel(q_ptr, dy_ptr, a_ptr, dst_ptr, ds0_ptr, sqb, sqt, sqh, sdb, sdt, sdh, T, H, M, D, Q, NC,
-                         ASCENDING: tl.constexpr, IN_PRODUCT: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
+                         ASCENDING: tl.constexpr, FROM_VECTOR: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
                          BQ: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
-    "05b's reverse pass without dS_fin, alpha_end taken from the loaded decays; ASCENDING walks the chunks 0, 1, ..."
+    """05b's reverse pass without dS_fin and with alpha_end a plain load (the kernel before 2026-12-04); FROM_VECTOR:
+    alpha_end taken from the loaded decays instead; ASCENDING walks the chunks 0, 1, ..."""
     pid_m, pid_d, pid_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     b, h = pid_bh // H, pid_bh % H
     offs_m = pid_m * BM + tl.arange(0, BM)
@@ -51,13 +55,11 @@ def reverse_probe_kernel(q_ptr, dy_ptr, a_ptr, dst_ptr, ds0_ptr, sqb, sqt, sqh, 
         t_s = c * Q + offs_s
         ms = (offs_s < Q) & (t_s < T)
         a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
-        if IN_PRODUCT:      # a_end loaded as the package does, then added as an exact zero into the product's decays
-            a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
-            zero = tl.minimum(tl.maximum(a_end, -3.0e38), 0.) * 0.                  # 0 for any a_end, -inf included
-            e = tl.exp(tl.where(ms, a_s, float("-inf")) + zero)
-        else:
+        if FROM_VECTOR:
             a_end = tl.sum(tl.where(offs_s == Q - 1, a_s, 0.), axis=0)              # the chunk's last decay, loaded above
-            e = tl.exp(tl.where(ms, a_s, float("-inf")))
+        else:
+            a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
+        e = tl.exp(tl.where(ms, a_s, float("-inf")))
         qT = tl.load(q_ptr + b * sqb + t_s[None, :] * sqt + h * sqh + offs_m[:, None],
                      mask=(offs_m < M)[:, None] & ms[None, :], other=0.)              # (BM, BQ)
         dys = tl.load(dy_ptr + b * sdb + t_s[:, None] * sdt + h * sdh + offs_d[None, :],
@@ -92,7 +94,8 @@ def main():
                                    HAS_S0=False, **common)
         else:
             reverse_probe_kernel[grid](q, dy, alpha, g, ds0, *strides3(q), *strides3(dy), T, H, M, D, Q, NC,
-                                       ASCENDING=form == "ascending", IN_PRODUCT=form == "a_end_in_product", **common)
+                                       ASCENDING=form == "ascending", FROM_VECTOR=form in ("a_end_from_vector", "ascending"),
+                                       **common)
         return g, ds0
 
     tiles = {"package": state_blocks(tune, batch_head_pairs(q), backward=True),
@@ -101,10 +104,10 @@ def main():
     rows = []
     for tile_name, kw in tiles.items():
         ref = launch("package", **kw)
-        for form in ("package", "a_end_in_product", "forward") + (("a_end_from_vector", "ascending") if tile_name == "package" else ()):
+        for form in ("package", "plain_load", "forward") + (("a_end_from_vector", "ascending") if tile_name == "package" else ()):
             fn = lambda: launch(form, **kw)
             got = fn()
-            diff = max(rel_diff(o, r) for o, r in zip(got, ref)) if form.startswith("a_end") else None
+            diff = max(rel_diff(o, r) for o, r in zip(got, ref)) if form in ("plain_load", "a_end_from_vector") else None
             ms = statistics.median(queued_ms(fn) for _ in range(a.rounds))
             rows.append({"tiles": tile_name, **kw, "form": form, "ms": round(ms, 4), "rel_diff_vs_package": diff})
             print(rows[-1], flush=True)
