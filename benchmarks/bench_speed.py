@@ -182,6 +182,38 @@ def profile(smoke):
             "top_kernels": [{"kernel": k[:120], "ms_per_step": round(ms, 3), "calls_per_step": n} for k, ms, n in rows[:60]]}
 
 
+def train_section(a) -> list[dict]:
+    "Each selected TRAIN configuration in its own process, with the card's clock over its run."
+    from common import ClockLog
+    out = []
+    for i, spec in enumerate(TRAIN):
+        if a.only and a.only not in spec[0]: continue
+        if a.idx and str(i) not in a.idx.split(","): continue
+        t0 = time.perf_counter()
+        env = {**os.environ, **({"TRITON_INTERPRET": "1"} if a.smoke and not torch.cuda.is_available() else {})}
+        with ClockLog() as clocks:
+            r = subprocess.run([sys.executable, __file__, "--one", str(i), "--compile_mode", a.compile_mode] + (["--smoke"] if a.smoke else []),
+                               capture_output=True, text=True, env=env)
+        line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+        rec = per_mhz(json.loads(line[0][7:]), clocks) if line else {"name": spec[0], "error": (r.stderr or r.stdout)[-1500:]}
+        rec["wall_s"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(rec), flush=True); out.append(rec)
+    return out
+
+
+def ratios(res: dict) -> dict:
+    "Ours over the Transformer at each length: this script's loop (TRAIN[0] / [4], [5] / [6]) and the command line."
+    out, ok = {}, {r["name"]: r for r in res.get("train", []) if "tokens_per_s" in r}
+    for seq, (o, t) in ((2048, (0, 4)), (8192, (5, 6))):
+        if TRAIN[o][0] in ok and TRAIN[t][0] in ok:
+            out[f"ratio_ours_over_transformer_T{seq}"] = round(ok[TRAIN[o][0]]["tokens_per_s"] / ok[TRAIN[t][0]]["tokens_per_s"], 3)
+    by_seq = {r["seq"]: r for r in res.get("cli", []) if "tokens_per_s" in r}
+    tf = {r["seq"]: r for r in ok.values() if r.get("model") == "transformer"}
+    for seq in sorted(by_seq.keys() & tf.keys()):
+        out[f"ratio_cli_over_transformer_T{seq}"] = round(by_seq[seq]["tokens_per_s"] / tf[seq]["tokens_per_s"], 3)
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sections", default="train,decode,profile")
@@ -195,35 +227,16 @@ def main():
     sys.path.insert(0, HERE)
     if a.one is not None:
         print("RESULT " + json.dumps(train_one(TRAIN[a.one], a.smoke, a.compile_mode))); return
-    from common import ClockLog, emit
+    from common import emit
     res, secs = {}, a.sections.split(",")
-    if "train" in secs:
-        res["train"] = []
-        for i, spec in enumerate(TRAIN):
-            if a.only and a.only not in spec[0]: continue
-            if a.idx and str(i) not in a.idx.split(","): continue
-            t0 = time.perf_counter()
-            env = {**os.environ, **({"TRITON_INTERPRET": "1"} if a.smoke and not torch.cuda.is_available() else {})}
-            with ClockLog() as clocks:
-                r = subprocess.run([sys.executable, __file__, "--one", str(i), "--compile_mode", a.compile_mode] + (["--smoke"] if a.smoke else []),
-                                   capture_output=True, text=True, env=env)
-            line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
-            rec = per_mhz(json.loads(line[0][7:]), clocks) if line else {"name": spec[0], "error": (r.stderr or r.stdout)[-1500:]}
-            rec["wall_s"] = round(time.perf_counter() - t0, 1)
-            print(json.dumps(rec), flush=True); res["train"].append(rec)
-        ok = {r["name"]: r for r in res["train"] if "tokens_per_s" in r}
-        ours, tf = ok.get(TRAIN[0][0]), ok.get(TRAIN[4][0])
-        if ours and tf: res["ratio_ours_over_transformer_T2048"] = round(ours["tokens_per_s"] / tf["tokens_per_s"], 3)
-        o8, t8 = ok.get(TRAIN[5][0]), ok.get(TRAIN[6][0])
-        if o8 and t8: res["ratio_ours_over_transformer_T8192"] = round(o8["tokens_per_s"] / t8["tokens_per_s"], 3)
-    if "cli" in secs and not a.smoke:
-        res["cli"] = cli(a.cli_steps)
-        by_seq = {r["seq"]: r for r in res["cli"] if "tokens_per_s" in r}
-        tf = {r["seq"]: r for r in res.get("train", []) if r.get("model") == "transformer" and "tokens_per_s" in r}
-        for seq in sorted(by_seq.keys() & tf.keys()):
-            res[f"ratio_cli_over_transformer_T{seq}"] = round(by_seq[seq]["tokens_per_s"] / tf[seq]["tokens_per_s"], 3)
-    if "decode" in secs: res["decode"] = decode(a.smoke); print(json.dumps(res["decode"]), flush=True)
-    if "profile" in secs: res["profile"] = profile(a.smoke)
+    unknown = [s for s in secs if s not in ("train", "cli", "decode", "profile")]
+    if unknown: p.error(f"--sections: unknown {', '.join(unknown)} (train, cli, decode, profile)")
+    for sec in secs:                      # in the order given: `cli,train` runs the command line on a card not yet warmed
+        if sec == "train": res["train"] = train_section(a)
+        elif sec == "cli" and not a.smoke: res["cli"] = cli(a.cli_steps)
+        elif sec == "decode": res["decode"] = decode(a.smoke); print(json.dumps(res["decode"]), flush=True)
+        elif sec == "profile": res["profile"] = profile(a.smoke)
+    res.update(ratios(res))
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     emit(res, device=dev, out=a.out, benchmark="issue10_speed", goals={"train_tokens_per_s": 185_000, "decode_ms_per_token_batch1": 1.0})
 
