@@ -7,6 +7,9 @@ and 64; a kernel-time profile of our training step. Prints one JSON record (benc
     python benchmarks/bench_speed.py --sections train,cli,decode,profile --out benchmarks/results/speed_h200.json
     python benchmarks/bench_speed.py --smoke          # CPU: tiny shapes, every code path once (no cli)
 
+Sections run in the order `--sections` names them: `cli,train` puts the command-line runs first, on a card the other
+runs have not yet warmed.
+
 Every training configuration runs in its own process (clean peak memory, clean compile caches). Each timed stretch
 carries the card's mean SM clock (`common.ClockLog`): an H200 at its 700 W cap runs at the clock its silicon holds,
 so configurations compare by their tokens/s per MHz as well as by their tokens/s.
