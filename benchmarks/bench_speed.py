@@ -8,7 +8,8 @@ and 64; a kernel-time profile of our training step. Prints one JSON record (benc
     python benchmarks/bench_speed.py --smoke          # CPU: tiny shapes, every code path once (no cli)
 
 Sections run in the order `--sections` names them: `cli,train` puts the command-line runs first, on a card the other
-runs have not yet warmed.
+runs have not yet warmed. With `--out F`, each record is also appended to `F.partial.jsonl` as soon as it is measured,
+so a run cut short (a time limit) keeps what it finished.
 
 Every training configuration runs in its own process (clean peak memory, clean compile caches). Each timed stretch
 carries the card's mean SM clock (`common.ClockLog`): an H200 at its 700 W cap runs at the clock its silicon holds,
@@ -86,6 +87,17 @@ def train_one(spec, smoke, compile_mode="default"):
             "loss_first_last": [round(losses[0].item(), 3), round(losses[-1].item(), 3)], "timed_unix": timed}
 
 
+PARTIAL = None   # with --out: `<out>.partial.jsonl`, each record appended as it finishes (a run cut short keeps them)
+
+
+def keep(rec):
+    "Print a finished record (one JSON line) and append it to the partial file, if any."
+    line = json.dumps(rec)
+    print(line, flush=True)
+    if PARTIAL:
+        with open(PARTIAL, "a") as f: f.write(line + "\n")
+
+
 def per_mhz(rec: dict, clocks) -> dict:
     "`rec` with the card's clock over its timed stretch (`timed_unix`, dropped) and its tokens/s per MHz."
     window = rec.pop("timed_unix", None)
@@ -104,7 +116,7 @@ def cli(steps: int) -> list[dict]:
         for seq, batch in ((2048, 16), (8192, 4)):
             rec = run_cli(seq, batch, steps, 4, "h200", [], Path(tmp))
             if rec.get("clocks"): rec["tokens_per_s_per_mhz"] = round(rec["tokens_per_s"] / rec["clocks"]["sm_mhz"], 1)
-            print(json.dumps(rec), flush=True); out.append(rec)
+            keep(rec); out.append(rec)
     return out
 
 
@@ -200,7 +212,7 @@ def train_section(a) -> list[dict]:
         line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
         rec = per_mhz(json.loads(line[0][7:]), clocks) if line else {"name": spec[0], "error": (r.stderr or r.stdout)[-1500:]}
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
-        print(json.dumps(rec), flush=True); out.append(rec)
+        keep(rec); out.append(rec)
     return out
 
 
@@ -231,13 +243,15 @@ def main():
     if a.one is not None:
         print("RESULT " + json.dumps(train_one(TRAIN[a.one], a.smoke, a.compile_mode))); return
     from common import emit
+    global PARTIAL
+    PARTIAL = a.out and a.out + ".partial.jsonl"
     res, secs = {}, a.sections.split(",")
     unknown = [s for s in secs if s not in ("train", "cli", "decode", "profile")]
     if unknown: p.error(f"--sections: unknown {', '.join(unknown)} (train, cli, decode, profile)")
     for sec in secs:                      # in the order given: `cli,train` runs the command line on a card not yet warmed
         if sec == "train": res["train"] = train_section(a)
         elif sec == "cli" and not a.smoke: res["cli"] = cli(a.cli_steps)
-        elif sec == "decode": res["decode"] = decode(a.smoke); print(json.dumps(res["decode"]), flush=True)
+        elif sec == "decode": res["decode"] = decode(a.smoke); keep(res["decode"])
         elif sec == "profile": res["profile"] = profile(a.smoke)
     res.update(ratios(res))
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
