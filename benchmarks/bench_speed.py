@@ -9,7 +9,8 @@ and 64; a kernel-time profile of our training step. Prints one JSON record (benc
 
 Sections run in the order `--sections` names them: `cli,train` puts the command-line runs first, on a card the other
 runs have not yet warmed. With `--out F`, each record is also appended to `F.partial.jsonl` as soon as it is measured,
-so a run cut short (a time limit) keeps what it finished.
+so a run cut short (a time limit) keeps what it finished. `--cli_min 185000` ends the run after the first command-line
+run below 185,000 tokens/s (a card too slow for the goal; the record says where it stopped).
 
 Every training configuration runs in its own process (clean peak memory, clean compile caches). Each timed stretch
 carries the card's mean SM clock (`common.ClockLog`): an H200 at its 700 W cap runs at the clock its silicon holds,
@@ -106,8 +107,9 @@ def per_mhz(rec: dict, clocks) -> dict:
     return rec
 
 
-def cli(steps: int) -> list[dict]:
-    "The `h200` preset as a user runs it (bench_cli.py): T=2048 x 16 and T=8192 x 4, each its own CLI run."
+def cli(steps: int, least: float | None = None) -> list[dict]:
+    """The `h200` preset as a user runs it (bench_cli.py): T=2048 x 16 and T=8192 x 4, each its own CLI run. `least`:
+    stop after a run below this many tokens/s (the record then says so)."""
     import tempfile
     from pathlib import Path
     from bench_cli import run_cli
@@ -116,7 +118,9 @@ def cli(steps: int) -> list[dict]:
         for seq, batch in ((2048, 16), (8192, 4)):
             rec = run_cli(seq, batch, steps, 4, "h200", [], Path(tmp))
             if rec.get("clocks"): rec["tokens_per_s_per_mhz"] = round(rec["tokens_per_s"] / rec["clocks"]["sm_mhz"], 1)
+            if least and rec.get("tokens_per_s", 0) < least: rec["stopped"] = f"below --cli_min {least:g}: the run ends here"
             keep(rec); out.append(rec)
+            if "stopped" in rec: break
     return out
 
 
@@ -237,6 +241,8 @@ def main():
     p.add_argument("--smoke", action="store_true"); p.add_argument("--out")
     p.add_argument("--compile_mode", default="default", help="torch.compile mode of the training configurations")
     p.add_argument("--cli_steps", type=int, default=36, help="training steps of each command-line run (section cli)")
+    p.add_argument("--cli_min", type=float, help="end the whole run after a command-line run below this many tokens/s "
+                   "(a card too slow for the goal: the rest is not worth its device time)")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
     sys.path.insert(0, HERE)
@@ -250,7 +256,9 @@ def main():
     if unknown: p.error(f"--sections: unknown {', '.join(unknown)} (train, cli, decode, profile)")
     for sec in secs:                      # in the order given: `cli,train` runs the command line on a card not yet warmed
         if sec == "train": res["train"] = train_section(a)
-        elif sec == "cli" and not a.smoke: res["cli"] = cli(a.cli_steps)
+        elif sec == "cli" and not a.smoke:
+            res["cli"] = cli(a.cli_steps, a.cli_min)
+            if any("stopped" in r for r in res["cli"]): break
         elif sec == "decode": res["decode"] = decode(a.smoke); keep(res["decode"])
         elif sec == "profile": res["profile"] = profile(a.smoke)
     res.update(ratios(res))
