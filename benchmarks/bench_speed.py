@@ -118,7 +118,7 @@ def cli(steps: int, least: float | None = None) -> list[dict]:
         for seq, batch in ((2048, 16), (8192, 4)):
             rec = run_cli(seq, batch, steps, 4, "h200", [], Path(tmp))
             if rec.get("clocks"): rec["tokens_per_s_per_mhz"] = round(rec["tokens_per_s"] / rec["clocks"]["sm_mhz"], 1)
-            if least and rec.get("tokens_per_s", 0) < least: rec["stopped"] = f"below --cli_min {least:g}: the run ends here"
+            if least and rec.get("tokens_per_s", 0) < least: rec["stopped"] = f"no figure at or above --cli_min {least:g}: the run ends here"
             keep(rec); out.append(rec)
             if "stopped" in rec: break
     return out
