@@ -17,9 +17,11 @@ FP32_ARGS = {"a_ptr", "cos_ptr", "sin_ptr", "da_ptr", "kdk_ptr", "gs_ptr", "dth_
 CONSTEXPRS = dict(ROTATE=True, WITH_DX=True, F64=False, PREC="tf32", BQ=64, BN=64, BD=64)
 
 
-def resources(kernel, arch: int, num_warps: int, num_stages: int, constexprs=CONSTEXPRS, fp32_args=FP32_ARGS) -> dict:
+def resources(kernel, arch: int, num_warps: int, num_stages: int, constexprs=CONSTEXPRS, fp32_args=FP32_ARGS,
+              maxnreg: int | None = None) -> dict:
     """Compile `kernel` (by default a @triton.jit bwd_chunk_kernel; another kernel names its own `constexprs` and fp32
-    pointers, every other pointer bf16) for sm_`arch`; its registers, stack (spills) and shared memory."""
+    pointers, every other pointer bf16) for sm_`arch`, its registers capped at `maxnreg` if given; its registers,
+    stack (spills) and shared memory."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -28,7 +30,8 @@ def resources(kernel, arch: int, num_warps: int, num_stages: int, constexprs=CON
            for n in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n not in constexprs and n not in ("T", "NC")}
     compiled = triton.compile(ASTSource(kernel, sig, dict(constexprs), attrs), target=GPUTarget("cuda", arch, 32),
-                              options=dict(num_warps=num_warps, num_stages=num_stages))
+                              options=dict(num_warps=num_warps, num_stages=num_stages,
+                                           **({"maxnreg": maxnreg} if maxnreg else {})))
     with tempfile.TemporaryDirectory() as d:
         cubin = os.path.join(d, "k.cubin")
         with open(cubin, "wb") as f: f.write(compiled.asm["cubin"])
