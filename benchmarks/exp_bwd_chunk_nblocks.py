@@ -10,12 +10,13 @@ over n. `LOOPS` 1: one walk does everything, dx's two sums accumulated across it
 dx's sums in a second that reloads q, k and G; 3: dq, then dk, then dx's sums, each walk its own (q, k, G read three
 times: the repeats ~80 KB a program from L2, against ~125 KB from memory once). dA = (dy x^T) o L is computed once
 before the walks, L again after them. `RELOAD`: x and dy read again where next needed instead of held. Compiled for
-sm_90 (triton 3.9, `--aot`, `results/bwd_chunk_nblocks_aot_sm90.json`): SPLIT 4, LOOPS 3 at 4 warps holds 182
-registers and spills nothing; capped at 168 (`maxnreg`, three programs an SM instead of two) it spills 48 bytes,
-where the package kernel spills 1,000. Whether that buys time, only a GPU says.
+sm_90 (`--aot`; triton 3.6, the H200 machine's: `results/bwd_chunk_nblocks_aot_sm90_triton36.json`; 3.9, this
+machine's: `..._sm90.json`): SPLIT 4, LOOPS 3 at 4 warps holds 182 registers and spills nothing; capped at 168
+(`maxnreg`: three programs an SM instead of two) it spills 56 bytes (48 with 3.9), where the package kernel spills
+840 (1,000). Whether that buys time, only a GPU says.
 
-Locally (no GPU): `--check` runs the variants in Triton's interpreter against the package kernel at uneven shapes
-(fp32, so the comparison is tight); `--aot` compiles them for sm_90 and reports registers, spilled bytes and shared
+Locally (no GPU): `--check` runs the variants in Triton's interpreter against the package kernel (fp32 at uneven T
+and NH, bf16 at the model's tiles; `results/bwd_chunk_nblocks_interpreter.json`: at most 2.6e-7 apart); `--aot` compiles them for sm_90 and reports registers, spilled bytes and shared
 memory (`aot_kernel_resources.py`'s way). On a GPU: each variant against the real kernel at the 434M model's
 training shape, outputs compared and timed in `--rounds` interleaved rounds of 20 queued calls.
 
@@ -63,10 +64,9 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
     """bwd_chunk_kernel's outputs (ROTATE and WITH_DX only), the state index n walked in SPLIT blocks of BN // SPLIT:
     LOOPS 1: one walk for everything; 2: dq and dk, then dx's sums; 3: dq, then dk, then dx's sums (q, k, G reloaded).
     RELOAD: x and dy loaded again where they are next needed instead of held in registers."""
-    NB: tl.constexpr = BN // SPLIT
     pid = tl.program_id(0)
     h, c, b = pid % H, (pid // H) % NC, pid // (H * NC)
-    offs, offs_b, offs_d = tl.arange(0, BQ), tl.arange(0, NB), tl.arange(0, BD)
+    offs, offs_b, offs_d = tl.arange(0, BQ), tl.arange(0, BN // SPLIT), tl.arange(0, BD)
     t = c * Q + offs
     mt, mdd = (offs < Q) & (t < T), offs_d < D
     mtd = mt[:, None] & mdd[None, :]
@@ -85,11 +85,11 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
     da = tl.zeros([BQ], dtype=w.dtype)
     dth = tl.zeros([BQ], dtype=w.dtype)
     kdk = tl.zeros([BQ], dtype=w.dtype)
-    gs = tl.zeros([NB], dtype=w.dtype)
+    gs = tl.zeros([BN // SPLIT], dtype=w.dtype)
     P = tl.zeros([BQ, BQ], dtype=w.dtype)
     kG = tl.zeros([BQ, BD], dtype=w.dtype)
     for i in tl.range(SPLIT):                                  # dq (and with LOOPS < 3 dk, with LOOPS 1 dx's sums)
-        n = i * NB + offs_b
+        n = i * (BN // SPLIT) + offs_b
         oo, mtn = b * sob + t[:, None] * sot + h * soh + n[None, :], mt[:, None] & (n < NH)[None, :]
         q1, q2, k1, k2 = load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
                                     NH, D, NC, H, 0)
@@ -123,7 +123,7 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
         if RELOAD:                                             # x again (L2): not held in registers through dq's walk
             xs = tl.load(x_ptr + b * sxb + t[:, None] * sxt + h * sxh + offs_d[None, :], mask=mtd, other=0.)
         for i in tl.range(SPLIT):
-            n = i * NB + offs_b
+            n = i * (BN // SPLIT) + offs_b
             oo, mtn = b * sob + t[:, None] * sot + h * soh + n[None, :], mt[:, None] & (n < NH)[None, :]
             q1, q2, k1, k2 = load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
                                         NH, D, NC, H, 0)
@@ -141,7 +141,7 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
             tl.store(o4_ptr + oo, (si * dk1 - co * dk2).to(ty), mask=mtn)
     if LOOPS > 1:                                              # dx's sums over n: k, q and G again
         for i in tl.range(SPLIT):
-            n = i * NB + offs_b
+            n = i * (BN // SPLIT) + offs_b
             q1, q2, k1, k2 = load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
                                         NH, D, NC, H, 0)
             G1, G2, _, _ = load_block(q_ptr, k_ptr, dst_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
@@ -164,8 +164,10 @@ VARIANTS = {f"split={s} loops={n}" + (" reload" if r else ""): dict(SPLIT=s, LOO
             for s in (2, 4) for n in (1, 2, 3) for r in (False, True) if n == 3 or not r}
 
 
-def run_variant(q, k, x, dy, alpha, states, dstates, cos, sin, Q, consts, num_warps=4, num_stages=1, maxnreg=None):
-    "The variant's outputs as `scan_backward_chunk` gives them: (dB_re, dB_im, dC_re, dC_im), dx, (da, kdk, gs), dth."
+def run_variant(q, k, x, dy, alpha, states, dstates, cos, sin, Q, consts, num_warps=4, num_stages=1, maxnreg=None,
+                info=None):
+    """The variant's outputs as `scan_backward_chunk` gives them: (dB_re, dB_im, dC_re, dC_im), dx, (da, kdk, gs), dth.
+    `info`: a dict that receives the launched kernel (its registers and spills) under "kernel"."""
     from mamba3_lite.ssd.triton.phases import block_size, dot_precision, strides3 as s3
     Bsz, T, H, M = q.shape
     D, NC, NH = x.shape[-1], alpha.shape[1] // Q, M // 2
@@ -173,11 +175,12 @@ def run_variant(q, k, x, dy, alpha, states, dstates, cos, sin, Q, consts, num_wa
     dx = torch.empty_like(dy)
     da, kdk, dth = (torch.empty(Bsz, NC * Q, H, dtype=alpha.dtype, device=q.device) for _ in range(3))
     gs = torch.empty(Bsz, NC, H, dtype=alpha.dtype, device=q.device)
-    nblock_kernel[(Bsz * NC * H,)](q, k, x, dy, alpha, states, dstates, cos, sin, *outs, dx, da, kdk, gs, dth,
+    launched = nblock_kernel[(Bsz * NC * H,)](q, k, x, dy, alpha, states, dstates, cos, sin, *outs, dx, da, kdk, gs, dth,
                                    *s3(q), *s3(k), *s3(x), *s3(dy), *s3(outs[0]), *s3(dx), T, H, NH, D, Q, NC,
                                    ROTATE=True, WITH_DX=True, F64=False, PREC=dot_precision(q.dtype), BQ=block_size(Q),
                                    BN=block_size(NH), BD=block_size(D), **consts, num_warps=num_warps,
                                    num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+    if info is not None: info["kernel"] = launched
     return (outs[2], outs[3], outs[0], outs[1]), dx, (da, kdk, gs), dth
 
 
@@ -228,16 +231,20 @@ def aot() -> list:
     return rows
 
 
-# (SPLIT, LOOPS, warps, maxnreg): the AOT figures' candidates (`--aot`), e.g. SPLIT 4, LOOPS 3 at 4 warps holds 182
-# registers unspilled (168 with 48 bytes spilled: three programs an SM instead of two)
+# (SPLIT, LOOPS, warps, maxnreg): the AOT figures' candidates (`--aot` with triton 3.6, the H200 machine's:
+# results/bwd_chunk_nblocks_aot_sm90_triton36.json), e.g. SPLIT 4, LOOPS 3 at 4 warps holds 182 registers unspilled
+# (168 with 56 bytes spilled: three programs an SM instead of two); SPLIT 2, LOOPS 3 at 8 warps capped at 128 spills
+# 64 bytes (two programs of 8 warps an SM instead of one)
 GPU_CONFIGS = [(4, 3, 4, None), (4, 3, 4, 168), (4, 3, 4, 128), (4, 3, 8, None), (4, 3, 8, 128),
-               (4, 2, 4, None), (4, 2, 4, 168), (4, 2, 8, None), (4, 2, 8, 128),
-               (2, 3, 4, None), (2, 3, 4, 168), (2, 3, 8, None), (2, 2, 4, None), (2, 2, 8, None), (4, 1, 4, None)]
+               (4, 2, 4, None), (4, 2, 4, 168), (4, 2, 8, None),
+               (2, 3, 4, None), (2, 3, 4, 168), (2, 3, 8, None), (2, 3, 8, 128), (2, 2, 4, None), (2, 2, 8, 128),
+               (4, 1, 4, None)]
 
 
 def on_gpu(rounds: int) -> dict:
     "Each of GPU_CONFIGS against the real kernel at the training shape: max rel. diff of the outputs, ms a call."
     from common import queued_ms, rel_diff, rotated_backward_inputs, TRAINING_SHAPE
+    from bench_kernel_regs import compiled_info
     from mamba3_lite.ssd.triton import chunk_scan
     from mamba3_lite.ssd.triton.real_ssd import TUNE
     Q = TRAINING_SHAPE["Q"]
@@ -249,11 +256,13 @@ def on_gpu(rounds: int) -> dict:
     fns, rows = {"real bwd_chunk_kernel": real}, {"real bwd_chunk_kernel": {"ms_rounds": []}}
     for split, loops, warps, maxnreg in GPU_CONFIGS:
         key = f"split={split} loops={loops}, {warps} warps, maxnreg {maxnreg}"
-        fn = (lambda c=dict(SPLIT=split, LOOPS=loops, RELOAD=False), w=warps, m=maxnreg:
-              flat(run_variant(*ins, Q, c, num_warps=w, maxnreg=m)))
+        info = {}
+        fn = (lambda c=dict(SPLIT=split, LOOPS=loops, RELOAD=False), w=warps, m=maxnreg, i=info:
+              flat(run_variant(*ins, Q, c, num_warps=w, maxnreg=m, info=i)))
         try:
             got = fn(); torch.cuda.synchronize()
-            rows[key] = {"ms_rounds": [], "rel_diff": max(rel_diff(o, r) for o, r in zip(got, ref))}
+            rows[key] = {"ms_rounds": [], "rel_diff": max(rel_diff(o, r) for o, r in zip(got, ref)),
+                         "compiled": compiled_info(info["kernel"])}
             fns[key] = fn
         except Exception as err:
             rows[key] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
