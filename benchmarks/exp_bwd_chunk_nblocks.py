@@ -8,7 +8,7 @@ only the two halves of one state index n (the rotation's transpose, q.dq, dq.Jq,
 `SPLIT` blocks of NH/SPLIT indices, each block's tiles live only inside its iteration; dx = (P o L)^T dy + w (k G) sums
 over n. `LOOPS` 1: one walk does everything, dx's two sums accumulated across it in fp32; 2: dq and dk in one walk,
 dx's sums in a second that reloads q, k and G; 3: dq, then dk, then dx's sums, each walk its own (q, k, G read three
-times: the repeats ~80 KB a program from L2, against ~125 KB from memory once). dA = (dy x^T) o L is computed once
+times: the repeats ~80 KB a program from L2, against ~125 KB from memory once); 4: dq, then dk with dx's sums. dA = (dy x^T) o L is computed once
 before the walks, L again after them. `RELOAD`: x and dy read again where next needed instead of held. Compiled for
 sm_90 (`--aot`; triton 3.6, the H200 machine's: `results/bwd_chunk_nblocks_aot_sm90_triton36.json`; 3.9, this
 machine's: `..._sm90.json`): SPLIT 4, LOOPS 3 at 4 warps holds 182 registers and spills nothing; capped at 168
@@ -62,7 +62,8 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
                   PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
                   SPLIT: tl.constexpr, LOOPS: tl.constexpr, RELOAD: tl.constexpr):
     """bwd_chunk_kernel's outputs (ROTATE and WITH_DX only), the state index n walked in SPLIT blocks of BN // SPLIT:
-    LOOPS 1: one walk for everything; 2: dq and dk, then dx's sums; 3: dq, then dk, then dx's sums (q, k, G reloaded).
+    LOOPS 1: one walk for everything; 2: dq and dk, then dx's sums; 3: dq, then dk, then dx's sums (q, k, G reloaded);
+    4: dq, then dk with dx's sums.
     RELOAD: x and dy loaded again where they are next needed instead of held in registers."""
     pid = tl.program_id(0)
     h, c, b = pid % H, (pid // H) % NC, pid // (H * NC)
@@ -119,7 +120,7 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
             dth += tl.sum(k1f * dk2 - k2f * dk1, axis=1)
             tl.store(o3_ptr + oo, (co * dk1 + si * dk2).to(ty), mask=mtn)
             tl.store(o4_ptr + oo, (si * dk1 - co * dk2).to(ty), mask=mtn)
-    if LOOPS == 3:                                             # dk: q, k and G again, S not
+    if LOOPS >= 3:                                             # dk: q, k and G again, S not
         if RELOAD:                                             # x again (L2): not held in registers through dq's walk
             xs = tl.load(x_ptr + b * sxb + t[:, None] * sxt + h * sxh + offs_d[None, :], mask=mtd, other=0.)
         for i in tl.range(SPLIT):
@@ -139,7 +140,10 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
             dth += tl.sum(k1f * dk2 - k2f * dk1, axis=1)
             tl.store(o3_ptr + oo, (co * dk1 + si * dk2).to(ty), mask=mtn)
             tl.store(o4_ptr + oo, (si * dk1 - co * dk2).to(ty), mask=mtn)
-    if LOOPS > 1:                                              # dx's sums over n: k, q and G again
+            if LOOPS == 4:                                     # dx's sums here, on the tiles dk's walk loaded
+                P += dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC)
+                kG += dot(k1, G1.to(xs.dtype), F64, PREC) + dot(k2, G2.to(xs.dtype), F64, PREC)
+    if LOOPS == 2 or LOOPS == 3:                               # dx's sums over n: k, q and G again
         for i in tl.range(SPLIT):
             n = i * (BN // SPLIT) + offs_b
             q1, q2, k1, k2 = load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
@@ -161,7 +165,7 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
 
 
 VARIANTS = {f"split={s} loops={n}" + (" reload" if r else ""): dict(SPLIT=s, LOOPS=n, RELOAD=r)
-            for s in (2, 4) for n in (1, 2, 3) for r in (False, True) if n == 3 or not r}
+            for s in (2, 4) for n in (1, 2, 3, 4) for r in (False, True) if n == 3 or not r}
 
 
 def run_variant(q, k, x, dy, alpha, states, dstates, cos, sin, Q, consts, num_warps=4, num_stages=1, maxnreg=None,
