@@ -54,6 +54,22 @@ def load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb,
         return tl.load(st_ptr + so, mask=m, other=0.), tl.load(st_ptr + so + NH * D, mask=m, other=0.), 0, 0
 
 
+@triton.jit
+def dk_block(xs, dA, q1, q2, k1, k2, G1, G2, w, co, si, o3, o4, mask, F64: tl.constexpr, PREC: tl.constexpr):
+    """dk of one block of n (its chunk-state part w x G^T, then dA^T q), stored rotated at o3, o4; returns the block's
+    k . dk_state, k . dk and dk . Jk per row."""
+    dk1 = dot(xs, tl.trans(G1.to(xs.dtype)), F64, PREC) * w
+    dk2 = dot(xs, tl.trans(G2.to(xs.dtype)), F64, PREC) * w
+    k1f, k2f = k1.to(dk1.dtype), k2.to(dk1.dtype)
+    kdk = tl.sum(k1f * dk1 + k2f * dk2, axis=1)
+    dk1 += dot(tl.trans(dA), q1, F64, PREC)
+    dk2 += dot(tl.trans(dA), q2, F64, PREC)
+    ty = o3.dtype.element_ty
+    tl.store(o3, (co * dk1 + si * dk2).to(ty), mask=mask)
+    tl.store(o4, (si * dk1 - co * dk2).to(ty), mask=mask)
+    return kdk, tl.sum(k1f * dk1 + k2f * dk2, axis=1), tl.sum(k1f * dk2 - k2f * dk1, axis=1)
+
+
 @triton.jit(do_not_specialize=["T", "NC"])
 def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, sin_ptr,
                   o1_ptr, o2_ptr, o3_ptr, o4_ptr, dx_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr,
@@ -110,16 +126,9 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
             P += dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC)
             kG += dot(k1, G1.to(xs.dtype), F64, PREC) + dot(k2, G2.to(xs.dtype), F64, PREC)
         if LOOPS < 3:
-            dk1 = dot(xs, tl.trans(G1.to(xs.dtype)), F64, PREC) * w
-            dk2 = dot(xs, tl.trans(G2.to(xs.dtype)), F64, PREC) * w
-            k1f, k2f = k1.to(dk1.dtype), k2.to(dk1.dtype)
-            kdk += tl.sum(k1f * dk1 + k2f * dk2, axis=1)
-            dk1 += dot(tl.trans(dA), q1, F64, PREC)
-            dk2 += dot(tl.trans(dA), q2, F64, PREC)
-            da -= tl.sum(k1f * dk1 + k2f * dk2, axis=1)
-            dth += tl.sum(k1f * dk2 - k2f * dk1, axis=1)
-            tl.store(o3_ptr + oo, (co * dk1 + si * dk2).to(ty), mask=mtn)
-            tl.store(o4_ptr + oo, (si * dk1 - co * dk2).to(ty), mask=mtn)
+            kdk_b, kdk_all, dth_b = dk_block(xs, dA, q1, q2, k1, k2, G1, G2, w, co, si, o3_ptr + oo, o4_ptr + oo, mtn,
+                                             F64, PREC)
+            kdk += kdk_b; da -= kdk_all; dth += dth_b
     if LOOPS >= 3:                                             # dk: q, k and G again, S not
         if RELOAD:                                             # x again (L2): not held in registers through dq's walk
             xs = tl.load(x_ptr + b * sxb + t[:, None] * sxt + h * sxh + offs_d[None, :], mask=mtd, other=0.)
@@ -130,16 +139,9 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
                                         NH, D, NC, H, 0)
             G1, G2, _, _ = load_block(q_ptr, k_ptr, dst_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
                                       NH, D, NC, H, 1)
-            dk1 = dot(xs, tl.trans(G1.to(xs.dtype)), F64, PREC) * w
-            dk2 = dot(xs, tl.trans(G2.to(xs.dtype)), F64, PREC) * w
-            k1f, k2f = k1.to(dk1.dtype), k2.to(dk1.dtype)
-            kdk += tl.sum(k1f * dk1 + k2f * dk2, axis=1)
-            dk1 += dot(tl.trans(dA), q1, F64, PREC)
-            dk2 += dot(tl.trans(dA), q2, F64, PREC)
-            da -= tl.sum(k1f * dk1 + k2f * dk2, axis=1)
-            dth += tl.sum(k1f * dk2 - k2f * dk1, axis=1)
-            tl.store(o3_ptr + oo, (co * dk1 + si * dk2).to(ty), mask=mtn)
-            tl.store(o4_ptr + oo, (si * dk1 - co * dk2).to(ty), mask=mtn)
+            kdk_b, kdk_all, dth_b = dk_block(xs, dA, q1, q2, k1, k2, G1, G2, w, co, si, o3_ptr + oo, o4_ptr + oo, mtn,
+                                             F64, PREC)
+            kdk += kdk_b; da -= kdk_all; dth += dth_b
             if LOOPS == 4:                                     # dx's sums here, on the tiles dk's walk loaded
                 P += dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC)
                 kG += dot(k1, G1.to(xs.dtype), F64, PREC) + dot(k2, G2.to(xs.dtype), F64, PREC)
@@ -238,7 +240,7 @@ def aot() -> list:
 # (SPLIT, LOOPS, warps, maxnreg): the AOT figures' candidates (`--aot` with triton 3.6, the H200 machine's:
 # results/bwd_chunk_nblocks_aot_sm90_triton36.json), e.g. SPLIT 4, LOOPS 3 at 4 warps holds 182 registers unspilled
 # (168 with 56 bytes spilled: three programs an SM instead of two); SPLIT 2, LOOPS 3 at 8 warps capped at 128 spills
-# 64 bytes (two programs of 8 warps an SM instead of one)
+# 56 bytes (two programs of 8 warps an SM instead of one)
 GPU_CONFIGS = [(4, 3, 4, None), (4, 3, 4, 168), (4, 3, 4, 128), (4, 3, 8, None), (4, 3, 8, 128),
                (4, 2, 4, None), (4, 2, 4, 168), (4, 2, 8, None),
                (2, 3, 4, None), (2, 3, 4, 168), (2, 3, 8, None), (2, 3, 8, 128), (2, 2, 4, None), (2, 2, 8, 128),
