@@ -40,20 +40,28 @@ from mamba3_lite.ssd.triton.phases import dot
 
 
 @triton.jit
-def load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh, NH, D, NC, H,
-               WHICH: tl.constexpr):
-    "Both halves (n, NH + n) of q, k (BQ, NB) (WHICH 0) or of a state (NB, BD) at st_ptr (WHICH 1) for block n."
-    mn = n < NH
-    if WHICH == 0:
-        m = mt[:, None] & mn[None, :]
-        qo = q_ptr + b * sqb + t[:, None] * sqt + h * sqh + n[None, :]
-        ko = k_ptr + b * skb + t[:, None] * skt + h * skh + n[None, :]
-        return (tl.load(qo, mask=m, other=0.), tl.load(qo + NH, mask=m, other=0.),
-                tl.load(ko, mask=m, other=0.), tl.load(ko + NH, mask=m, other=0.))
-    else:
-        so = ((b * NC + c) * H + h) * 2 * NH * D + n[:, None] * D + tl.arange(0, mdd.shape[0])[None, :]
-        m = mn[:, None] & mdd[None, :]
-        return tl.load(st_ptr + so, mask=m, other=0.), tl.load(st_ptr + so + NH * D, mask=m, other=0.), 0, 0
+def qk_block(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH):
+    "Both halves (n, NH + n) of q and of k for block n: four (BQ, NB) tiles."
+    m = mt[:, None] & (n < NH)[None, :]
+    qo = q_ptr + b * sqb + t[:, None] * sqt + h * sqh + n[None, :]
+    ko = k_ptr + b * skb + t[:, None] * skt + h * skh + n[None, :]
+    return (tl.load(qo, mask=m, other=0.), tl.load(qo + NH, mask=m, other=0.),
+            tl.load(ko, mask=m, other=0.), tl.load(ko + NH, mask=m, other=0.))
+
+
+@triton.jit
+def state_block(st_ptr, b, c, h, n, offs_d, NH, D, NC, H):
+    "Both halves (rows n, NH + n) of one chunk's state (S or G) for block n: two (NB, BD) tiles."
+    so = ((b * NC + c) * H + h) * 2 * NH * D + n[:, None] * D + offs_d[None, :]
+    m = (n < NH)[:, None] & (offs_d < D)[None, :]
+    return tl.load(st_ptr + so, mask=m, other=0.), tl.load(st_ptr + so + NH * D, mask=m, other=0.)
+
+
+@triton.jit
+def dx_sums(q1, q2, k1, k2, G1, G2, F64: tl.constexpr, PREC: tl.constexpr):
+    "Block n's share of dx's two sums over n: q k^T (BQ, BQ) and k G (BQ, BD)."
+    return (dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC),
+            dot(k1, G1.to(k1.dtype), F64, PREC) + dot(k2, G2.to(k2.dtype), F64, PREC))
 
 
 @triton.jit
@@ -111,12 +119,9 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
     for i in tl.range(SPLIT):                                  # dq (and with LOOPS < 3 dk, with LOOPS 1 dx's sums)
         n = i * (BN // SPLIT) + offs_b
         oo, mtn = b * sob + t[:, None] * sot + h * soh + n[None, :], mt[:, None] & (n < NH)[None, :]
-        q1, q2, k1, k2 = load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
-                                    NH, D, NC, H, 0)
-        S1, S2, _, _ = load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
-                                  NH, D, NC, H, 1)
-        G1, G2, _, _ = load_block(q_ptr, k_ptr, dst_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
-                                  NH, D, NC, H, 1)
+        q1, q2, k1, k2 = qk_block(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
+        S1, S2 = state_block(st_ptr, b, c, h, n, offs_d, NH, D, NC, H)
+        G1, G2 = state_block(dst_ptr, b, c, h, n, offs_d, NH, D, NC, H)
         gs += tl.sum(S1.to(w.dtype) * G1.to(w.dtype) + S2.to(w.dtype) * G2.to(w.dtype), axis=1)
         dq1 = dot(dA, k1, F64, PREC) + dot(dy, tl.trans(S1.to(xs.dtype)), F64, PREC) * ea
         dq2 = dot(dA, k2, F64, PREC) + dot(dy, tl.trans(S2.to(xs.dtype)), F64, PREC) * ea
@@ -126,8 +131,8 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
         tl.store(o1_ptr + oo, (co * dq1 + si * dq2).to(ty), mask=mtn)
         tl.store(o2_ptr + oo, (co * dq2 - si * dq1).to(ty), mask=mtn)
         if LOOPS == 1:
-            P += dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC)
-            kG += dot(k1, G1.to(xs.dtype), F64, PREC) + dot(k2, G2.to(xs.dtype), F64, PREC)
+            P_n, kG_n = dx_sums(q1, q2, k1, k2, G1, G2, F64, PREC)
+            P += P_n; kG += kG_n
         if LOOPS < 3:
             kdk_b, kdk_all, dth_b = dk_block(xs, dA, q1, q2, k1, k2, G1, G2, w, co, si, o3_ptr + oo, o4_ptr + oo, mtn,
                                              F64, PREC)
@@ -138,30 +143,25 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
         for i in tl.range(SPLIT):
             n = i * (BN // SPLIT) + offs_b
             oo, mtn = b * sob + t[:, None] * sot + h * soh + n[None, :], mt[:, None] & (n < NH)[None, :]
-            q1, q2, k1, k2 = load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
-                                        NH, D, NC, H, 0)
-            G1, G2, _, _ = load_block(q_ptr, k_ptr, dst_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
-                                      NH, D, NC, H, 1)
+            q1, q2, k1, k2 = qk_block(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
+            G1, G2 = state_block(dst_ptr, b, c, h, n, offs_d, NH, D, NC, H)
             kdk_b, kdk_all, dth_b = dk_block(xs, dA, q1, q2, k1, k2, G1, G2, w, co, si, o3_ptr + oo, o4_ptr + oo, mtn,
                                              F64, PREC)
             kdk += kdk_b; da -= kdk_all; dth += dth_b
             if LOOPS == 4:                                     # dx's sums here, on the tiles dk's walk loaded
-                P += dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC)
-                kG += dot(k1, G1.to(xs.dtype), F64, PREC) + dot(k2, G2.to(xs.dtype), F64, PREC)
+                P_n, kG_n = dx_sums(q1, q2, k1, k2, G1, G2, F64, PREC)
+                P += P_n; kG += kG_n
             if LOOPS == 5:                                     # dx itself, block by block: (P_n o L)^T dy + w k_n G_n
-                Pn = (dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC)) * tl.exp(
-                    tl.where(causal, a[:, None] - a[None, :], float("-inf")))
-                kG += dot(tl.trans(Pn.to(dy.dtype)), dy, F64, PREC) + (
-                    dot(k1, G1.to(xs.dtype), F64, PREC) + dot(k2, G2.to(xs.dtype), F64, PREC)) * w
+                P_n, kG_n = dx_sums(q1, q2, k1, k2, G1, G2, F64, PREC)
+                P_n *= tl.exp(tl.where(causal, a[:, None] - a[None, :], float("-inf")))
+                kG += dot(tl.trans(P_n.to(dy.dtype)), dy, F64, PREC) + kG_n * w
     if LOOPS == 2 or LOOPS == 3:                               # dx's sums over n: k, q and G again
         for i in tl.range(SPLIT):
             n = i * (BN // SPLIT) + offs_b
-            q1, q2, k1, k2 = load_block(q_ptr, k_ptr, st_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
-                                        NH, D, NC, H, 0)
-            G1, G2, _, _ = load_block(q_ptr, k_ptr, dst_ptr, b, c, h, t, n, mt, mdd, sqb, sqt, sqh, skb, skt, skh,
-                                      NH, D, NC, H, 1)
-            P += dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC)
-            kG += dot(k1, G1.to(xs.dtype), F64, PREC) + dot(k2, G2.to(xs.dtype), F64, PREC)
+            q1, q2, k1, k2 = qk_block(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
+            G1, G2 = state_block(dst_ptr, b, c, h, n, offs_d, NH, D, NC, H)
+            P_n, kG_n = dx_sums(q1, q2, k1, k2, G1, G2, F64, PREC)
+            P += P_n; kG += kG_n
     if LOOPS == 5:
         dx = kG                                                # already dx: the walk summed it
     else:
