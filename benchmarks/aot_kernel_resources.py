@@ -5,6 +5,10 @@ way to try a change to the kernel's body against the register budget before spen
 
     python benchmarks/aot_kernel_resources.py                       # the package's kernel, sm_90, 4 warps, 1 stage
     python benchmarks/aot_kernel_resources.py --file my_variant.py  # a variant: a file defining bwd_chunk_kernel
+    python benchmarks/aot_kernel_resources.py --split 0 2 4 --warps 4 8 --maxnreg 0 168 128   # and 05c's walked form
+
+`--split S` (S > 0) compiles the package's walked form instead (`bwd_chunk_walk_kernel`, the state index in S blocks;
+0 is the whole kernel), `--maxnreg R` caps the registers (0: no cap); every combination of warps, splits and caps.
 
 The kernel is specialised as the model launches it at the 434M model's training shape: bf16 q, k, x, dy, states and
 outputs, fp32 decays, cos, sin and decay pieces, the rotation's transpose and dx in the kernel, 64-row chunks, M/2 = 64,
@@ -45,7 +49,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--file", help="a Python file defining bwd_chunk_kernel (default: the package's)")
     p.add_argument("--arch", type=int, default=90); p.add_argument("--warps", type=int, nargs="+", default=[4])
+    p.add_argument("--split", type=int, nargs="+", default=[0], help="0: the whole kernel; S: the walked one, S blocks")
+    p.add_argument("--maxnreg", type=int, nargs="+", default=[0], help="register caps to try (0: none)")
     p.add_argument("--stages", type=int, default=1); p.add_argument("--out"); a = p.parse_args()
+    if a.file and a.split != [0]: p.error("--file names a whole-kernel variant; --split is the package's walked kernel")
     os.environ.pop("TRITON_INTERPRET", None)                 # the interpreter would replace @triton.jit
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from common import emit
@@ -54,10 +61,19 @@ def main():
         mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
     else:
         from mamba3_lite.ssd.triton import chunk_scan as mod
-    rows = [{"kernel": "bwd_chunk_kernel", "file": a.file or "mamba3_lite/ssd/triton/chunk_scan.py", "arch": f"sm_{a.arch}",
-             "warps": w, "stages": a.stages, **resources(mod.bwd_chunk_kernel, a.arch, w, a.stages)} for w in a.warps]
+    from mamba3_lite.ssd.triton import chunk_walk
+    rows = []
+    for split in a.split:
+        kernel = chunk_walk.bwd_chunk_walk_kernel if split else mod.bwd_chunk_kernel
+        cx = {**CONSTEXPRS, "SPLIT": split} if split else CONSTEXPRS
+        for w in a.warps:
+            for cap in a.maxnreg:
+                rows.append({"kernel": kernel.__name__, "split": split or None, "arch": f"sm_{a.arch}", "warps": w,
+                             "stages": a.stages, "maxnreg": cap or None,
+                             "file": a.file or ("mamba3_lite/ssd/triton/" + ("chunk_walk.py" if split else "chunk_scan.py")),
+                             **resources(kernel, a.arch, w, a.stages, constexprs=cx, maxnreg=cap or None)})
+                print(rows[-1], flush=True)
     emit(rows, None, a.out, constexprs=CONSTEXPRS)
-
 
 if __name__ == "__main__":
     main()

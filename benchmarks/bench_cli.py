@@ -15,6 +15,11 @@ first on the path, and the repository root holds the working tree's package), e.
     cd benchmarks
     PYTHONPATH=$PWD/../.old python bench_cli.py --runs 2048x16 --steps 16 --out before.json
     PYTHONPATH=$PWD/.. python bench_cli.py --runs 2048x16 --steps 16 --out after.json      # the working tree's
+
+A launch setting of the Triton kernels against the package's own, without a package to edit: `--tune JSON` updates
+05d's `TUNE` (and any `TUNE_BY_CAPABILITY` entry of the same name) in the CLI's process before it starts, e.g.
+    python bench_cli.py --runs 2048x16 --tune '{"walk_split": 4, "walk_maxnreg": 168}' --out walked.json
+The record carries the override (`tune`); the command it shows is then `python -c <TUNE_WRAPPER> JSON <the CLI's args>`.
 """
 import argparse
 import json
@@ -29,10 +34,26 @@ from pathlib import Path
 from common import ClockLog, emit
 
 
-def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra: list[str], workdir: Path) -> dict:
-    "One CLI run; its train records, wall time and last lines."
+# `python -c` this, then the override as JSON, then the CLI's arguments: `python -m mamba3_lite.pretrain` with 05d's
+# launch settings updated first (the kernels' launchers read them at every call)
+TUNE_WRAPPER = """import json, runpy, sys
+from mamba3_lite.ssd.triton import real_ssd
+override = json.loads(sys.argv.pop(1))
+unknown = sorted(set(override) - set(real_ssd.TUNE))
+if unknown: sys.exit(f"--tune: not a TUNE entry: {', '.join(unknown)}")
+real_ssd.TUNE.update(override)
+for entry in real_ssd.TUNE_BY_CAPABILITY.values(): entry.update({k: v for k, v in override.items() if k in entry})
+print(f"TUNE override: {override}", file=sys.stderr)
+sys.argv[0] = "mamba3_lite.pretrain"
+runpy.run_module("mamba3_lite.pretrain", run_name="__main__", alter_sys=True)"""
+
+
+def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra: list[str], workdir: Path,
+            tune: dict | None = None) -> dict:
+    "One CLI run; its train records, wall time and last lines. `tune`: 05d's TUNE entries to override (TUNE_WRAPPER)."
     ckpt = workdir / f"ck_{seq}x{batch}"
-    cmd = [sys.executable, "-m", "mamba3_lite.pretrain", "--preset", preset, "--model.ssd_dispatch", "triton",
+    launch = ["-c", TUNE_WRAPPER, json.dumps(tune)] if tune else ["-m", "mamba3_lite.pretrain"]
+    cmd = [sys.executable, *launch, "--preset", preset, "--model.ssd_dispatch", "triton",
            "--model.max_seq_len", str(seq), "--batch_size", str(batch), "--max_steps", str(steps),
            "--log_every", str(log_every), "--eval_every", str(steps), "--eval_batches", "2", "--save_every", str(steps), "--sample_tokens", "8",
            "--checkpoint_dir", str(ckpt), *extra]
@@ -40,8 +61,9 @@ def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra
     with ClockLog() as clocks:
         proc = subprocess.run(cmd, env={**os.environ, "ENABLE_TRITON_KERNELS": "1"}, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    out = {"seq": seq, "batch": batch, "command": "ENABLE_TRITON_KERNELS=1 python " + " ".join(cmd[1:]),
-           "returncode": proc.returncode, "wall_s": round(wall, 1)}
+    shown = ["-c", "<TUNE_WRAPPER>", json.dumps(tune), *cmd[4:]] if tune else cmd[1:]
+    out = {"seq": seq, "batch": batch, "command": "ENABLE_TRITON_KERNELS=1 python " + " ".join(shown),
+           "returncode": proc.returncode, "wall_s": round(wall, 1), **({"tune": tune} if tune else {})}
     if proc.returncode != 0:
         return {**out, "stderr_tail": proc.stderr[-2000:]}
     records = [json.loads(l) for l in (ckpt / "metrics.jsonl").read_text().splitlines() if l.strip()]
@@ -60,13 +82,14 @@ def main():
     p.add_argument("--log_every", type=int, default=4)
     p.add_argument("--preset", default="h200")
     p.add_argument("--out")
+    p.add_argument("--tune", type=json.loads, help="05d's TUNE entries to override in the CLI's process, as JSON")
     a, extra = p.parse_known_args()                  # anything else goes to the CLI as it is
     import torch
     device, results = "cuda" if torch.cuda.is_available() else None, []
     with tempfile.TemporaryDirectory() as tmp:
         for i, spec in enumerate(a.runs):
             seq, batch = (int(v) for v in spec.lower().split("x"))
-            results.append(run_cli(seq, batch, a.steps, a.log_every, a.preset, extra, Path(tmp)))
+            results.append(run_cli(seq, batch, a.steps, a.log_every, a.preset, extra, Path(tmp), a.tune))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
             if a.out and i + 1 < len(a.runs):      # a run cut off later still leaves the finished ones in --out
                 emit(results, device=device, out=a.out, echo=False, benchmark="cli_training_speed", runs_done=f"{i + 1} of {len(a.runs)}")

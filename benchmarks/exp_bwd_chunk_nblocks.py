@@ -25,6 +25,9 @@ training shape, outputs compared and timed in `--rounds` interleaved rounds of 2
     python benchmarks/exp_bwd_chunk_nblocks.py --check                  # a CPU: the interpreter
     python benchmarks/exp_bwd_chunk_nblocks.py --aot                    # a CPU: compiled for sm_90
     python benchmarks/exp_bwd_chunk_nblocks.py --out benchmarks/results/bwd_chunk_nblocks_h200.json   # an H200
+
+The package has since taken the LOOPS 3 order as chapter 05c's walked form (`mamba3_lite.ssd.triton.chunk_walk`,
+opt-in by 05d's `TUNE["walk_split"]`); the GPU run times it too (`PACKAGE_WALK_CONFIGS`).
 """
 import argparse, os, statistics, sys
 
@@ -260,8 +263,14 @@ GPU_CONFIGS = [(4, 3, 4, None), (4, 3, 4, 168), (4, 3, 4, 128), (4, 3, 8, None),
                (4, 1, 4, None), (4, 5, 4, None), (4, 5, 4, 168)]
 
 
+# (split, warps, maxnreg) of the package's own walked kernel (chapter 05c, continued: `scan_backward_walked`, the
+# LOOPS 3 order above as the package has it), timed beside the variants
+PACKAGE_WALK_CONFIGS = [(4, 4, None), (4, 4, 168), (4, 4, 128), (2, 4, 168)]
+
+
 def on_gpu(rounds: int) -> dict:
-    "Each of GPU_CONFIGS against the real kernel at the training shape: max rel. diff of the outputs, ms a call."
+    """Each of GPU_CONFIGS and PACKAGE_WALK_CONFIGS against the real kernel at the training shape: max rel. diff of the
+    outputs, ms a call."""
     from common import queued_ms, rel_diff, rotated_backward_inputs, TRAINING_SHAPE
     from bench_kernel_regs import compiled_info
     from mamba3_lite.ssd.triton import chunk_scan
@@ -282,6 +291,18 @@ def on_gpu(rounds: int) -> dict:
             got = fn(); torch.cuda.synchronize()
             rows[key] = {"ms_rounds": [], "rel_diff": max(rel_diff(o, r) for o, r in zip(got, ref)),
                          "compiled": compiled_info(info["kernel"])}
+            fns[key] = fn
+        except Exception as err:
+            rows[key] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+    from mamba3_lite.ssd.triton.chunk_walk import scan_backward_walked
+    for split, warps, maxnreg in PACKAGE_WALK_CONFIGS:
+        key = f"package walked, split={split}, {warps} warps, maxnreg {maxnreg}"
+        fn = (lambda s=split, w=warps, m=maxnreg:
+              flat(scan_backward_walked(*ins[:7], Q, *ins[7:], torch.bfloat16, split=s, maxnreg=m, num_warps=w,
+                                        num_stages=1, end_terms_apart=True)))
+        try:
+            got = fn(); torch.cuda.synchronize()
+            rows[key] = {"ms_rounds": [], "rel_diff": max(rel_diff(o, r) for o, r in zip(got, ref))}
             fns[key] = fn
         except Exception as err:
             rows[key] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}

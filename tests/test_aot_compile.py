@@ -16,7 +16,9 @@ the h200 preset's 16 sequences, where sm_90 takes the state passes' wide tiles, 
 initial and a final state in the loss, a 37-token prefill, the scan's backward without the phase gradient; the
 per-chunk kernel with real and complex X.
 
-Every configuration on the model's path (what `python -m mamba3_lite.pretrain` runs) is compiled fully, to a cubin.
+Every configuration on the model's path (what `python -m mamba3_lite.pretrain` runs) is compiled fully, to a cubin, and
+so is 05c's walked one-kernel backward (opt-in by 05d's `TUNE["walk_split"]`; here at 4 blocks, 168 registers), for
+the Lite model's SSD and the paper's Mamba-3 scan.
 Off the model's path at the default model's shapes -- the per-chunk kernel, whose fp32 64x64 products compile to
 unrolled FMAs for 2-3 minutes each, and `scan_backward(want_dtheta=False)` -- the worker stops, for CI's time, after
 Triton's shared-memory allocation pass, the step that sets `metadata.shared` ("alloc"); the test checks that this
@@ -55,15 +57,15 @@ def _worker(cap: int, full: bool):
     from triton.runtime.jit import JITFunction, create_function_from_signature
     from mamba3_lite.model import Mamba3Block, ModelConfig
     from mamba3_lite.train.config import TINY_MODEL
-    from mamba3_lite.ssd.triton import chunk_scan, chunk_state, per_chunk, phases, real_ssd
+    from mamba3_lite.ssd.triton import chunk_scan, chunk_state, chunk_walk, per_chunk, phases, real_ssd
     from mamba3_lite import loss_triton
     from mamba3_lite.mamba3 import siso_triton
     assert not phases.INTERPRET
-    mods = (phases, chunk_state, chunk_scan, real_ssd, per_chunk, loss_triton)
+    mods = (phases, chunk_state, chunk_scan, chunk_walk, real_ssd, per_chunk, loss_triton)
     capability, target = (cap // 10, cap % 10), GPUTarget("cuda", cap, 32)
     backend = make_backend(target)
 
-    calls, scenario = [], [""]                               # scenario: (label, on the model's path?)
+    calls, scenario = [], [""]      # scenario: (label, compiled fully? — the model's path, and the walked backward's opt-in)
 
     class Recorder:
         def __init__(self, fn): self.fn = fn
@@ -169,6 +171,14 @@ def _worker(cap: int, full: bool):
             if dtype == torch.bfloat16:        # ModelConfig(mixer="mamba3", ssd_dispatch="triton") under bf16 autocast
                 scenario[0] = (f"{mname} {d} mamba3 siso scan", True)
                 siso_scan(cfg, dtype)
+                # 05c's walked one-kernel backward, opt-in (`walk_split`): compiled fully, as a tune would launch it
+                # (the tiny model's M/2 = 16 leaves blocks too small for tl.dot: it keeps the whole kernel)
+                real_ssd.TUNE.update(walk_split=4, walk_maxnreg=168)
+                scenario[0] = (f"{mname} {d} train, walked backward", True)
+                model_ssd(cfg, dtype, T=cfg.max_seq_len, state=False, backward=True)
+                scenario[0] = (f"{mname} {d} mamba3 siso scan, walked backward", True)
+                siso_scan(cfg, dtype)
+                real_ssd.TUNE.update(walk_split=1, walk_maxnreg=None)
         for xc in (False, True):
             scenario[0] = (f"{mname} per_chunk {'complex' if xc else 'real'} X", False)
             per_chunk_ssd(cfg, xc)
@@ -208,17 +218,17 @@ def _worker(cap: int, full: bool):
         key = repr((fn.__name__, sig, sorted(cx.items()), sorted(attrs.items()), sorted(options.__dict__.items())))
         if key not in unique:
             names = {fn.arg_names[i[0]]: v for i, v in cx.items() if fn.params[i[0]].is_constexpr}
-            unique[key] = dict(kernel=fn.__name__, target=f"sm_{cap}", scenarios=[], model_path=False,
+            unique[key] = dict(kernel=fn.__name__, target=f"sm_{cap}", scenarios=[], full=False,
                                options=options, sig=sig,
                                cx=cx, attrs=attrs, fn=fn,
                                config={**names,
                                        "num_warps": options.num_warps, "num_stages": options.num_stages},
                                dtypes=sorted({t for t in sig.values() if t.startswith("*")}))
         unique[key]["scenarios"].append(scen[0])
-        unique[key]["model_path"] |= scen[1]
+        unique[key]["full"] |= scen[1]
     for rec in unique.values():
         t0 = time.perf_counter()
-        fn, slow = rec.pop("fn"), not rec["model_path"] and rec["scenarios"][0].startswith("default")
+        fn, slow = rec.pop("fn"), not rec["full"] and rec["scenarios"][0].startswith("default")
         sig, cx, attrs, options = (rec.pop(k) for k in ("sig", "cx", "attrs", "options"))
         rec["shared_alloc"] = alloc_shared(fn, sig, cx, attrs, options)
         if full or not slow:
@@ -287,7 +297,7 @@ def test_alloc_figure_equals_full_compile(compiled):
     "The allocation-pass figure (used alone for the slow per-chunk compiles) is the full compile's metadata.shared."
     for cap, (recs, _) in compiled.items():
         both = [r for r in recs if "shared_full" in r]
-        assert all("shared_full" in r for r in recs if r["model_path"]) and len(both) >= 0.8 * len(recs)
+        assert all("shared_full" in r for r in recs if r["full"]) and len(both) >= 0.8 * len(recs)
         bad = [(r["kernel"], r["config"], r["shared_alloc"], r["shared_full"]) for r in both
                if r["shared_alloc"] != r["shared_full"]]
         assert not bad, f"sm_{cap}: {bad}"

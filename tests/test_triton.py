@@ -234,14 +234,21 @@ def test_real_chunked_matches_pytorch(cfg):
         assert_close(a, b, rtol=1e-4, atol=1e-5, name=n)
 
 
-@pytest.fixture(params=["chunk", "chunk_dx_apart", "split"])
+@pytest.fixture(params=["chunk", "chunk_dx_apart", "walked", "split"])
 def backward_path(request, monkeypatch):
-    """Each of 05d's backward paths: 05c's one kernel (dx in it, or by scan_dx) and the two kernels + rotate_backward
-    (that one with the forward's rotation inside 05b's state pass, `rotate_states_forward`, instead of 05a's own kernel)."""
+    """Each of 05d's backward paths: 05c's one kernel (dx in it, or by scan_dx), its walked form (05c continued: the
+    state index in 2 blocks; the test fails unless it ran) and the two kernels + rotate_backward (that one with the
+    forward's rotation inside 05b's state pass, `rotate_states_forward`, instead of 05a's own kernel)."""
     tune = dict(real_ssd.TUNE, bwd="split" if request.param == "split" else "chunk",
-                chunk_dx=request.param == "chunk", rotate_in_state=request.param == "split")
+                chunk_dx=request.param != "chunk_dx_apart", rotate_in_state=request.param == "split",
+                walk_split=2 if request.param == "walked" else 1)
     monkeypatch.setattr(real_ssd, "TUNE", tune)
-    return request.param
+    walked = []
+    if request.param == "walked":
+        run = real_ssd.scan_backward_walked
+        monkeypatch.setattr(real_ssd, "scan_backward_walked", lambda *a, **k: walked.append(1) or run(*a, **k))
+    yield request.param
+    assert bool(walked) == (request.param == "walked"), f"{request.param}: the walked kernel ran {len(walked)} times"
 
 
 @cpu_interp

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from ..ssd.triton.phases import INTERPRET, check_block_dims, device_capability, require_triton
-from ..ssd.triton.chunk_scan import scan_backward_chunk, scan_dx
+from ..ssd.triton.chunk_scan import scan_dx
 from ..ssd.triton.chunk_state import states_backward, states_forward
 from ..ssd.triton.real_ssd import (
-    batch_head_pairs, cotangent, one_kernel_backward, scan_backward, scan_forward, state_blocks, tune_for)
+    batch_head_pairs, chunk_backward, cotangent, one_kernel_backward, scan_backward, scan_forward, state_blocks, tune_for)
 from .siso import check_siso_args, compute_dtype, mamba3_siso_zero_state, skip_and_gate, trapezoid_terms
 
 # %% ../../nbs/09f_mamba3_triton.ipynb #a2601683
@@ -39,8 +39,8 @@ def scan_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Ten
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The scan's backward kernels (the op `ssd_scan_bwd`): dq, dk, dx, dalpha and dS0 (a (1,1,1) zero without S0).
     The entering states recomputed and the reverse state pass, then, where `one_kernel_backward` allows (M even, a
-    chunk in one block), 05c's `scan_backward_chunk` without a rotation (q and k come rotated): dq, dk and dx in one
-    launch per chunk; else 05d's two-kernel `scan_backward`."""
+    chunk in one block), 05c's one-kernel backward without a rotation (q and k come rotated; 05d's `chunk_backward`
+    picks its form): dq, dk and dx in one launch per chunk; else 05d's two-kernel `scan_backward`."""
     tune = tune_for(device_capability(q))
     if not one_kernel_backward(tune, Q, q.shape[-1]):
         dq, dk, dx, dalpha, dS0, _ = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, tune=tune)
@@ -49,8 +49,8 @@ def scan_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Ten
         states, _ = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, pairs))
         dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype,
                                        **state_blocks(tune, pairs, backward=True))
-        (dq, dk), dx, dalpha, _ = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, with_dx=tune["chunk_dx"],
-                                                      num_warps=tune["warps_chunk"], num_stages=tune["stages_chunk"])
+        (dq, dk), dx, dalpha, _ = chunk_backward(tune, q.shape[-1])(q, k, x, dy, alpha, states, dstates, Q,
+                                                                    with_dx=tune["chunk_dx"])
         if dx is None:                                   # TUNE["chunk_dx"] off: 05c's separate dx kernel
             dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
                          num_stages=tune["stages"])

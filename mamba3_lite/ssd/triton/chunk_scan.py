@@ -305,12 +305,14 @@ if HAS_TRITON:
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #ab720506
 def scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos=None, sin=None, bc_dtype=None, with_dx=True,
-                        num_warps=4, num_stages=1, out=None, end_terms_apart=False):
+                        num_warps=4, num_stages=1, out=None, end_terms_apart=False, kernel=None, **launch):
     """`scan_dqdk` (with the phase gradient) and `scan_dx` in one launch per (b, chunk, h), for M even and a chunk that
     fits one block. Returns (dq, dk) — or, given cos and sin (B,T,H) of the rotation, (dB_re, dB_im, dC_re, dC_im)
     (B,T,H,M/2) in `bc_dtype` — then dx (None without `with_dx`), dalpha (B, NC*Q, H) and dtheta (B, NC*Q, H).
     `out`: with cos and sin, (dB_re, dB_im, dC_re, dC_im, dx) tensors to write instead (any strides, the four alike).
-    `end_terms_apart`: dalpha's pieces (da, kdk, gs) instead of dalpha, for 05a's `phases_backward(end_terms=...)`."""
+    `end_terms_apart`: dalpha's pieces (da, kdk, gs) instead of dalpha, for 05a's `phases_backward(end_terms=...)`.
+    `kernel`: another kernel with this one's arguments (None: `bwd_chunk_kernel`), `launch` its own constexprs and
+    launch options (`chunk_walk`'s walked kernel: its `SPLIT`, a `maxnreg`)."""
     Bsz, T, H, M = q.shape
     D, NC, acc = x.shape[-1], alpha.shape[1] // Q, alpha.dtype
     check_block_dims(chunk_size=Q)
@@ -330,11 +332,12 @@ def scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos=None, sin=No
     da, kdk, dth = (torch.empty(Bsz, NC * Q, H, dtype=acc, device=q.device) for _ in range(3))
     gs = torch.empty(Bsz, NC, H, dtype=acc, device=q.device)
     cs = (cos, sin) if rotate else (alpha, alpha)                                       # never read without ROTATE
-    bwd_chunk_kernel[(Bsz * NC * H,)](
+    (kernel or bwd_chunk_kernel)[(Bsz * NC * H,)](
         q, k, x, dy, alpha, states, dstates, *cs, *outs, dx, da, kdk, gs, dth, *strides3(q), *strides3(k),
         *strides3(x), *strides3(dy), *strides3(outs[0]), *strides3(dx), T, H, M // 2, D, Q, NC,
         ROTATE=rotate, WITH_DX=with_dx, F64=acc == torch.float64, PREC=dot_precision(q.dtype),
-        BQ=block_size(Q), BN=block_size(M // 2), BD=block_size(D), num_warps=num_warps, num_stages=num_stages)
+        BQ=block_size(Q), BN=block_size(M // 2), BD=block_size(D), num_warps=num_warps, num_stages=num_stages,
+        **launch)
     grads = (outs[2], outs[3], outs[0], outs[1]) if rotate else (outs[0], outs[2])
     dalpha = (da, kdk, gs) if end_terms_apart else chunk_end_terms(da, kdk, gs, alpha, Q)
     return grads, (dx if with_dx else None), dalpha, dth

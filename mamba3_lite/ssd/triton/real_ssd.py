@@ -5,11 +5,12 @@
 # %% auto #0
 __all__ = ['TUNE', 'TUNE_BY_CAPABILITY', 'ssd_real_fwd', 'ssd_real_bwd', 'ssd_real_packed_fwd', 'ssd_real_packed_bwd', 'tune_for',
            'state_blocks', 'batch_head_pairs', 'scan_y_blocks', 'cotangent', 'scan_forward', 'scan_backward',
-           'one_kernel_backward', 'scan_backward_rotated', 'operand_dtype', 'ssd_kernels_forward',
+           'one_kernel_backward', 'chunk_backward', 'scan_backward_rotated', 'operand_dtype', 'ssd_kernels_forward',
            'ssd_kernels_backward', 'ssd_real_chunkwise_triton', 'packed_parts', 'ssd_packed_kernels_forward',
            'ssd_packed_kernels_backward', 'ssd_real_packed_triton']
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #97dc588a
+import functools
 from typing import Optional
 
 import torch
@@ -19,11 +20,13 @@ from .phases import (check_block_dims, device_capability, phases_backward, phase
                                            require_triton, rotate_backward, rotate_forward)
 from .chunk_state import rotate_states_forward, state_dtype, states_backward, states_forward
 from .chunk_scan import scan_backward_chunk, scan_dqdk, scan_dx, scan_y
+from .chunk_walk import scan_backward_walked, walk_fits
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #018f29c6
 TUNE = dict(BC=64, BM_state=32, BD_state=64, BM_dqdk=64, BD_scan=64, warps_state=4, warps_scan=4, stages_state=3,
             warps_dx=4, warps_dqdk=4, stages=2, stages_scan=2, maxnreg_scan=None, BR_rot=64, BC_dqdk=64, stages_dqdk=1,
             bwd="chunk", chunk_max_Q=64, chunk_dx=True, warps_chunk=4, stages_chunk=1, rotate_in_state=False,
+            walk_split=1, walk_warps=4, walk_maxnreg=None,
             state_wide=dict(BM=64, BD=64, num_warps=4, num_stages=2), state_wide_pairs=None,
             state_few_forward=dict(BM=64, BD=64, num_warps=8, num_stages=4),
             state_few_backward=dict(BM=64, BD=64, num_warps=8, num_stages=4), state_few_pairs=None)
@@ -98,10 +101,18 @@ def one_kernel_backward(tune, Q, M) -> bool:
     "Whether `scan_backward_rotated` runs 05c's one-kernel backward: `TUNE['bwd']` is 'chunk', M is even, the chunk fits."
     return tune["bwd"] == "chunk" and M % 2 == 0 and Q <= tune["chunk_max_Q"]
 
+def chunk_backward(tune, M):
+    """05c's one-kernel backward launcher with `tune`'s launch options: the walked form (`scan_backward_walked`, the
+    state index in `walk_split` blocks) where `walk_split` is above 1 and `walk_fits` M, else the whole kernel."""
+    if tune["walk_split"] > 1 and walk_fits(M, tune["walk_split"]):
+        return functools.partial(scan_backward_walked, split=tune["walk_split"], maxnreg=tune["walk_maxnreg"],
+                                 num_warps=tune["walk_warps"], num_stages=tune["stages_chunk"])
+    return functools.partial(scan_backward_chunk, num_warps=tune["warps_chunk"], num_stages=tune["stages_chunk"])
+
 def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype, states, tune=None, out=None):
     """The scan's backward through the rotation: `scan_backward` with the phase gradient, then the rotation's
-    transpose — as one kernel (05c's `scan_backward_chunk`) where `one_kernel_backward` allows, else the two-kernel
-    scan and 05a's `rotate_backward`. `states`: the forward's entering states. Returns dB_re, dB_im, dC_re, dC_im
+    transpose — as 05c's one kernel (in the form `chunk_backward` picks) where `one_kernel_backward` allows, else the
+    two-kernel scan and 05a's `rotate_backward`. `states`: the forward's entering states. Returns dB_re, dB_im, dC_re, dC_im
     (in `bc_dtype`), dx, dalpha, dS0 (None without S0), dtheta; the one kernel writes the first five into `out` if given,
     and gives dalpha as its pieces (da, kdk, gs), for `phases_backward(end_terms=...)` to finish."""
     tune = tune or tune_for(device_capability(q))
@@ -111,9 +122,9 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
     dy = cotangent(dy, x)
     dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype,
                                    **state_blocks(tune, batch_head_pairs(q), backward=True))
-    bc, dx, dalpha, dtheta = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, bc_dtype,
-                                                 with_dx=tune["chunk_dx"], num_warps=tune["warps_chunk"],
-                                                 num_stages=tune["stages_chunk"], out=out, end_terms_apart=True)
+    bc, dx, dalpha, dtheta = chunk_backward(tune, q.shape[-1])(q, k, x, dy, alpha, states, dstates, Q, cos, sin,
+                                                               bc_dtype, with_dx=tune["chunk_dx"], out=out,
+                                                               end_terms_apart=True)
     if dx is None:
         dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
                      num_stages=tune["stages"])
