@@ -40,16 +40,7 @@ import triton
 import triton.language as tl
 
 from mamba3_lite.ssd.triton.phases import dot
-
-
-@triton.jit
-def qk_block(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH):
-    "Both halves (n, NH + n) of q and of k for block n: four (BQ, NB) tiles."
-    m = mt[:, None] & (n < NH)[None, :]
-    qo = q_ptr + b * sqb + t[:, None] * sqt + h * sqh + n[None, :]
-    ko = k_ptr + b * skb + t[:, None] * skt + h * skh + n[None, :]
-    return (tl.load(qo, mask=m, other=0.), tl.load(qo + NH, mask=m, other=0.),
-            tl.load(ko, mask=m, other=0.), tl.load(ko + NH, mask=m, other=0.))
+from mamba3_lite.ssd.triton.chunk_walk import qk_halves
 
 
 @triton.jit
@@ -122,7 +113,7 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
     for i in tl.range(SPLIT):                                  # dq (and with LOOPS < 3 dk, with LOOPS 1 dx's sums)
         n = i * (BN // SPLIT) + offs_b
         oo, mtn = b * sob + t[:, None] * sot + h * soh + n[None, :], mt[:, None] & (n < NH)[None, :]
-        q1, q2, k1, k2 = qk_block(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
+        q1, q2, k1, k2 = qk_halves(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
         S1, S2 = state_block(st_ptr, b, c, h, n, offs_d, NH, D, NC, H)
         G1, G2 = state_block(dst_ptr, b, c, h, n, offs_d, NH, D, NC, H)
         gs += tl.sum(S1.to(w.dtype) * G1.to(w.dtype) + S2.to(w.dtype) * G2.to(w.dtype), axis=1)
@@ -146,7 +137,7 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
         for i in tl.range(SPLIT):
             n = i * (BN // SPLIT) + offs_b
             oo, mtn = b * sob + t[:, None] * sot + h * soh + n[None, :], mt[:, None] & (n < NH)[None, :]
-            q1, q2, k1, k2 = qk_block(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
+            q1, q2, k1, k2 = qk_halves(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
             G1, G2 = state_block(dst_ptr, b, c, h, n, offs_d, NH, D, NC, H)
             kdk_b, kdk_all, dth_b = dk_block(xs, dA, q1, q2, k1, k2, G1, G2, w, co, si, o3_ptr + oo, o4_ptr + oo, mtn,
                                              F64, PREC)
@@ -161,7 +152,7 @@ def nblock_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, 
     if LOOPS == 2 or LOOPS == 3:                               # dx's sums over n: k, q and G again
         for i in tl.range(SPLIT):
             n = i * (BN // SPLIT) + offs_b
-            q1, q2, k1, k2 = qk_block(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
+            q1, q2, k1, k2 = qk_halves(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
             G1, G2 = state_block(dst_ptr, b, c, h, n, offs_d, NH, D, NC, H)
             P_n, kG_n = dx_sums(q1, q2, k1, k2, G1, G2, F64, PREC)
             P += P_n; kG += kG_n
