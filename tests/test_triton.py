@@ -237,11 +237,11 @@ def test_real_chunked_matches_pytorch(cfg):
 @pytest.fixture(params=["chunk", "chunk_dx_apart", "walked", "split"])
 def backward_path(request, monkeypatch):
     """Each of 05d's backward paths: 05c's one kernel (dx in it, or by scan_dx), its walked form (05c continued: the
-    state index in 2 blocks; the test fails unless it ran) and the two kernels + rotate_backward (that one with the
+    state index in 4 blocks; the test fails unless it ran) and the two kernels + rotate_backward (that one with the
     forward's rotation inside 05b's state pass, `rotate_states_forward`, instead of 05a's own kernel)."""
     tune = dict(real_ssd.TUNE, bwd="split" if request.param == "split" else "chunk",
                 chunk_dx=request.param != "chunk_dx_apart", rotate_in_state=request.param == "split",
-                walk_split=2 if request.param == "walked" else 1)
+                walk_split=4 if request.param == "walked" else 1)
     monkeypatch.setattr(real_ssd, "TUNE", tune)
     walked = []
     if request.param == "walked":

@@ -39,7 +39,8 @@ if HAS_TRITON:
     @triton.jit
     def store_halves(o_ptr, o2_ptr, oo, v1, v2, co, si, mask, NH, ROTATE: tl.constexpr, FLIP: tl.constexpr):
         """Both halves of a gradient block: as they are (v1 at n, v2 at NH + n of o_ptr) or, with ROTATE, through the
-        rotation's transpose into o_ptr and o2_ptr: (co v1 + si v2, co v2 - si v1), the second negated with FLIP (dk's)."""
+        rotation's transpose into o_ptr and o2_ptr: (co v1 + si v2, co v2 - si v1), the second negated with FLIP
+        (dk's)."""
         ty = o_ptr.dtype.element_ty
         if ROTATE:
             second = co * v2 - si * v1
@@ -61,7 +62,7 @@ if HAS_TRITON:
                               PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
                               SPLIT: tl.constexpr):
         """`bwd_chunk_kernel`'s work and outputs, the state index walked in SPLIT blocks of NB = BN // SPLIT: a walk for
-        dq, one for dk, one (WITH_DX) for dx's two sums over n; each block's tiles live only inside its iteration."""
+        dq, one for dk, two (WITH_DX) for dx's two sums over n; each block's tiles live only inside its iteration."""
         NB: tl.constexpr = BN // SPLIT
         pid = tl.program_id(0)
         h, c, b = pid % H, (pid // H) % NC, pid // (H * NC)
@@ -114,17 +115,20 @@ if HAS_TRITON:
             da -= tl.sum(k1f * dk1 + k2f * dk2, axis=1)
             dth += tl.sum(k1f * dk2 - k2f * dk1, axis=1)                                # + dk . Jk
             store_halves(o3_ptr, o4_ptr, oo, dk1, dk2, co, si, mtn, NH, ROTATE, True)
-        if WITH_DX:                # dx = (P o L)^T dy + w k G: its two sums over n, block by block, then the rest
+        if WITH_DX:                # dx = (P o L)^T dy + w k G: each sum over n its own walk, one accumulator at a time
             P = tl.zeros([BQ, BQ], dtype=w.dtype)
-            kG = tl.zeros([BQ, BD], dtype=w.dtype)
             for i in tl.range(SPLIT):
                 n = i * NB + offs_b
                 q1, q2, k1, k2 = qk_halves(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
-                G1, G2 = state_halves(dst_ptr, b, c, h, n, offs_d, NH, D, NC, H, xs.dtype)
                 P += dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC)
-                kG += dot(k1, G1, F64, PREC) + dot(k2, G2, F64, PREC)
             L = tl.exp(tl.where(causal, a[:, None] - a[None, :], float("-inf")))        # masked before exp
-            dx = dot(tl.trans((P * L).to(dy.dtype)), dy, F64, PREC) + kG * w
+            dx = dot(tl.trans((P * L).to(dy.dtype)), dy, F64, PREC)
+            for i in tl.range(SPLIT):                              # + (w o k) G, block by block into dx
+                n = i * NB + offs_b
+                # q's tiles are dead here: the compiler drops their loads
+                _, _, k1, k2 = qk_halves(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
+                G1, G2 = state_halves(dst_ptr, b, c, h, n, offs_d, NH, D, NC, H, xs.dtype)
+                dx += dot((k1 * w).to(G1.dtype), G1, F64, PREC) + dot((k2 * w).to(G2.dtype), G2, F64, PREC)
             tl.store(dx_ptr + b * sgb + t[:, None] * sgt + h * sgh + offs_d[None, :], dx.to(dx_ptr.dtype.element_ty),
                      mask=mtd)
         part = (b * NC * Q + c * Q + offs) * H + h                                       # (B, NC*Q, H)
