@@ -75,5 +75,6 @@ def main():
                 print(rows[-1], flush=True)
     emit(rows, None, a.out, constexprs=CONSTEXPRS)
 
+
 if __name__ == "__main__":
     main()
