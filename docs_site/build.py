@@ -266,7 +266,9 @@ def linkify(table: str, stems: list[str]) -> str:
         hits = [s for s in stems if fnmatch.fnmatch(s, m.group(1))]
         if not hits: return m.group(0)
         if len(hits) == 1: return f"[`{hits[0]}`]({hits[0]}.ipynb)"
-        return " · ".join(f"[{s.split('_')[0]}]({s}.ipynb)" for s in hits)
+        nums = [s.split("_")[0] for s in hits]
+        label = lambda n, s: f"{n} ({s.rsplit('_', 1)[-1]})" if nums.count(n) > 1 else n   # 05c (scan), 05c (walk)
+        return " · ".join(f"[{label(n, s)}]({s}.ipynb)" for n, s in zip(nums, hits))
     return re.sub(r"`([0-9][0-9a-z*]*_[\w*]*)`", sub, table)
 
 
