@@ -261,7 +261,7 @@ python -m http.server --directory _docs 8000      # then open http://localhost:8
 
 
 def linkify(table: str, stems: list[str]) -> str:
-    "`00_foundations` (or a pattern like `05*_triton_*`) in the chapter table -> links to the chapter pages."
+    "`00_foundations` (or a pattern like `05[a-e]*_triton_*`) in the chapter table -> links to the chapter pages."
     def sub(m):
         hits = [s for s in stems if fnmatch.fnmatch(s, m.group(1))]
         if not hits: return m.group(0)
@@ -269,7 +269,7 @@ def linkify(table: str, stems: list[str]) -> str:
         nums = [s.split("_")[0] for s in hits]
         label = lambda n, s: f"{n} ({s.rsplit('_', 1)[-1]})" if nums.count(n) > 1 else n   # 05c (scan), 05c (walk)
         return " · ".join(f"[{label(n, s)}]({s}.ipynb)" for n, s in zip(nums, hits))
-    return re.sub(r"`([0-9][0-9a-z*]*_[\w*]*)`", sub, table)
+    return re.sub(r"`([0-9][0-9a-z*\[\]-]*_[\w*]*)`", sub, table)
 
 
 def toctrees(infos: dict) -> str:

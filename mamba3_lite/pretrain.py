@@ -9,6 +9,7 @@ __all__ = ['ASSUMED_GPU_MFU', 'CPU_EFFICIENCY', 'ACT_FACTOR', 'CE_CHUNK_ROWS', '
 
 # %% ../nbs/08_pretrain.ipynb #2f5a431c
 import argparse, builtins, inspect, io, json, sys, textwrap, time, traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import get_type_hints
 
@@ -17,6 +18,7 @@ import torch
 from .model import ModelConfig, Mamba3Transformer
 from .loss import linear_cross_entropy
 from .runtime import env_flag, error_line, launch_env
+from .ssd import TRITON_ENV_VAR
 from .data.shards import ShardError
 from .data.tokenizer import bits_per_byte, get_tokenizer
 from .data.loader import PretrainDataset, batches
@@ -24,7 +26,7 @@ from .train.config import TrainingConfig, ConfigError, PRESETS, MODEL_FIELDS, co
 from .train.checkpoint import CheckpointError, DivergenceError, ResumeError, os_error_in
 from .train.metrics import PEAK_BF16_FLOPS, peak_flops
 from .train.trainer import Pretrainer
-from .train.cost import A100_PRESET_ON_H200, GPU_SPECS, H200_MEASURED, gpu_key, projection_line, time_to_train
+from .train.cost import GPU_SPECS, gpu_key, measurement_for, projection_line, time_to_train
 
 # %% ../nbs/08_pretrain.ipynb #351572d9
 def parse_overrides(tokens: list[str]) -> dict:
@@ -113,7 +115,7 @@ def _cpu_flops() -> float:
 
 # %% ../nbs/08_pretrain.ipynb #65ce4ce3
 def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.device | None = None, file=None, gpu: str | None = None) -> dict:
-    "Print (and return) what a run of `cfg` costs; builds nothing big, reads only the corpus size. On `gpu` (a100|h100|h200), the detected GPU, or — without CUDA, for a model over 50M parameters — an H200, the time is projected from our H200 measurement (chapter 07h)."
+    "Print (and return) what a run of `cfg` costs; builds nothing big, reads only the corpus size. On `gpu` (a100|h100|h200), the detected GPU, or — without CUDA, for a model over 50M parameters — an H200, the time is projected from our H200 measurement of the same model and SSD path (chapter 07h), or not at all where there is none."
     file, m = file or sys.stdout, cfg.model
     world_size = world_size or launch_env().world_size
     device = device or torch.device("cuda" if torch.cuda.is_available() and cfg.device != "cpu" else "cpu")
@@ -145,10 +147,16 @@ def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.de
     key = gpu_key(gpu) if gpu else (gpu_key(torch.cuda.get_device_name(device)) if device.type == "cuda" and torch.cuda.is_available()
                                      else "h200" if device.type == "cuda" else None)
     if gpu and key is None: raise ConfigError(f"--gpu: no datasheet figures for {gpu!r}; known: {', '.join(GPU_SPECS)}")
+    measured, what = measurement_for(m, cfg.batch_size, cfg.compile_model)
+    if key and measured is None:               # nothing like this run was measured: no time, rather than another model's
+        lines.append(f"time to the token budget: not projected -- no H200 measurement of {what} (chapter 07h lists the measured ones)")
+        print("\n".join(lines), file=file)
+        return {"params": P, "tokens_per_step": tps, "token_budget": budget, "memory": mem, "tokens_per_s": None, "hours": None}
     if key:                                    # measured on an H200, scaled by peak FLOP/s and bandwidth (07h)
-        measured = A100_PRESET_ON_H200 if cfg.batch_size <= 8 else H200_MEASURED
         lines.append(projection_line(key, budget, n_params=P, n_gpus=world_size, measured=measured)
                      + (f" [for an {gpu_name}; --gpu a100|h100|h200 picks another]" if not gpu and device.type == "cuda" else ""))
+        if m.ssd_dispatch == "pytorch" and (fast := measurement_for(replace(m, ssd_dispatch="triton"), cfg.batch_size)[0]):
+            lines.append(f"  (on the Triton SSD, --model.ssd_dispatch triton with {TRITON_ENV_VAR}=1, the measurement is {fast.tokens_per_s:,.0f} tokens/s)")
         proj = time_to_train(key, budget, n_params=P, n_gpus=world_size, measured=measured)
         tok_s, hours = proj["tokens_per_s"], proj["hours"]
         print("\n".join(lines), file=file)
