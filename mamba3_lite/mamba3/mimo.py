@@ -82,6 +82,11 @@ def mamba3_mimo_naive(q, k, v, adt, dt, trap, angles, mimo_x, mimo_o, D=None, z=
                       k_bias=None, initial_state=None, return_final_state: bool = False):
     "Rank-r Mamba-3 by a loop of `mamba3_mimo_step`. q, k (B, T, R, H, N); v, z (B, T, H, P); adt, dt, trap (B, T, H); angles (B, T, H, Nφ); mimo_* (H, R, P); biases (H, R, N). Returns o (B, T, H, P) (and the final state)."
     _check_mimo("mamba3_mimo_naive", q, k, v, adt, dt, trap, angles, mimo_x, mimo_o, D, z, mimo_z, q_bias, k_bias, initial_state)
+    if q.shape[1] == 0:                                                                   # no tokens: the state passes through
+        B, _, R, H, N = q.shape
+        state = initial_state or mamba3_mimo_zero_state(B, H, N, v.shape[-1], R, angles.shape[-1],
+                                                        torch.promote_types(v.dtype, torch.float32), q.device)
+        return (v.new_zeros(v.shape), state) if return_final_state else v.new_zeros(v.shape)
     state, ys = initial_state, []
     for t in range(q.shape[1]):
         y, state = mamba3_mimo_step(q[:, t], k[:, t], v[:, t], adt[:, t], dt[:, t], trap[:, t], angles[:, t], mimo_x, mimo_o,
@@ -110,22 +115,23 @@ def mamba3_mimo_chunked(q, k, v, adt, dt, trap, angles, mimo_x, mimo_o, D=None, 
         q, k, v, adt, dt, trap, angles, mimo_x, mimo_o, D, z, mimo_z, q_bias, k_bias))
     state = initial_state or mamba3_mimo_zero_state(B, H, N, P, R, ang.shape[-1], f, q.device)
     phi0, h0, k_prev, x_prev = (s.to(f) for s in state)
+    if T == 0: return (v.new_zeros(v.shape), (phi0, h0, k_prev, x_prev)) if return_final_state else v.new_zeros(v.shape)
     phi = cumulative_angles(ang, dt, phi0)                                                 # (B, T, H, Nφ)
     if qb is not None: q = q + qb.transpose(0, 1)
     if kb is not None: k = k + kb.transpose(0, 1)
     q, k = rotate_pairs(q, phi[:, :, None]), rotate_pairs(k, phi[:, :, None])              # (B, T, R, H, N)
     lam = torch.sigmoid(trap)
-    gamma, sigma = lam * dt, (1 - lam) * dt                                                # (B, T, H)
-    sig_next = F.pad(sigma[:, 1:], (0, 0, 0, 1))                                           # σ_{t+1}; 0 after the last token
+    gamma, beta_hat = lam * dt, (1 - lam) * dt                                             # (B, T, H)
+    beta_next = F.pad(beta_hat[:, 1:], (0, 0, 0, 1))                                       # β̂_{t+1}; 0 after the last token
     vr = expand_ranks(x, wx)                                                               # (B, T, R, H, P)
-    h0 = h0 + sigma[:, 0, :, None, None] * torch.einsum("brhp,brhn->bhpn", expand_ranks(x_prev, wx), k_prev)   # ĥ_{-1}
+    h0 = h0 + beta_hat[:, 0, :, None, None] * torch.einsum("brhp,brhn->bhpn", expand_ranks(x_prev, wx), k_prev)   # ĥ_{-1}
     pad = (-T) % Q                                                                         # zero tokens: no decay, no input
     if pad:
         q, k, vr = (F.pad(t, (0, 0, 0, 0, 0, 0, 0, pad)) for t in (q, k, vr))
-        adt, gamma, sig_next = (F.pad(t, (0, 0, 0, pad)) for t in (adt, gamma, sig_next))
+        adt, gamma, beta_next = (F.pad(t, (0, 0, 0, pad)) for t in (adt, gamma, beta_next))
     nc = (T + pad) // Q
     qc, kc, vc = (t.reshape(B, nc, Q, R, H, -1) for t in (q, k, vr))                      # (B, C, Q, R, H, ·)
-    a, g, s = (t.reshape(B, nc, Q, H).transpose(-1, -2) for t in (adt, gamma, sig_next))  # (B, C, H, Q)
+    a, g, s = (t.reshape(B, nc, Q, H).transpose(-1, -2) for t in (adt, gamma, beta_next))  # (B, C, H, Q)
     seg = torch.exp(segsum(a))                                                             # (B, C, H, Q, Q) decay j -> i
     strict = torch.ones(Q, Q, dtype=torch.bool, device=q.device).tril(-1)
     coef = seg * (g[..., None, :] + strict * s[..., None, :])                              # e^{L_i-L_j}(γ_j + [j<i]σ_{j+1})
