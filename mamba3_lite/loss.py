@@ -12,14 +12,14 @@ import torch
 import torch.nn.functional as F
 
 def ce_chunk(logits, targets, vocab_size: int, ignore_index: int = -100):
-    "One chunk: logits (m, Vp) -> (sum of the losses of its valid rows, dL/dlogits (m, Vp) in logits' dtype). Columns >= vocab_size are masked."
-    x = logits.float() if logits.element_size() < 4 else logits           # (m, Vp): bf16 logits reduce in fp32
+    "One chunk: logits (Mc, Vp) -> (sum of the losses of its valid rows, dL/dlogits (Mc, Vp) in logits' dtype). Columns >= vocab_size are masked."
+    x = logits.float() if logits.element_size() < 4 else logits           # (Mc, Vp): bf16 logits reduce in fp32
     if x.shape[1] > vocab_size:
         col = torch.arange(x.shape[1], device=x.device)
         x = x.masked_fill(col >= vocab_size, float("-inf"))                 # padded tokens: p = 0 exactly
-    valid = targets != ignore_index                                        # (m,)
+    valid = targets != ignore_index                                        # (Mc,)
     tgt = torch.where(valid, targets, 0)
-    lse = torch.logsumexp(x, dim=-1)                                       # (m,)
+    lse = torch.logsumexp(x, dim=-1)                                       # (Mc,)
     loss = torch.where(valid, lse - x.gather(1, tgt[:, None])[:, 0], 0.0).sum()
     grad = torch.exp(x - lse[:, None])                                     # p
     grad = grad - F.one_hot(tgt, x.shape[1]).to(grad.dtype)                # p - e_ν (ν: the target)
@@ -59,7 +59,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=acc, device=h.device)
         for lo in range(0, M, chunk_rows):
             hc, tc = h[lo:lo + chunk_rows], targets[lo:lo + chunk_rows]
-            loss_c, g = run(hc @ w.t(), tc, vocab_size, ignore_index)       # g (m, Vp); the block is not read again
+            loss_c, g = run(hc @ w.t(), tc, vocab_size, ignore_index)       # g (Mc, Vp); the block is not read again
             total += loss_c
             torch.mm(g, w, out=grad_h[lo:lo + chunk_rows])                    # rows of a contiguous tensor: contiguous
             grad_w = add_product(grad_w, g.t(), hc)                            # accumulated in fp32 across chunks

@@ -7,7 +7,7 @@ __all__ = ['TRUTHY', 'FALSY', 'parse_bool', 'env_flag', 'LaunchEnv', 'launch_env
            'temp_sibling', 'write_atomic', 'publish_dir', 'error_line']
 
 # %% ../nbs/00b_runtime.ipynb #880eed1d
-import hashlib, os, shutil, uuid
+import errno, hashlib, os, shutil, uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,12 +92,15 @@ def publish_dir(staging, final, replace: bool = False) -> Path:
     fsync_dir(staging)
     try:
         os.rename(staging, final)                    # atomic; works when `final` is missing or an empty folder
-    except OSError:
-        if not final.is_dir(): raise
+    except OSError as e:
+        # only these two mean "final is a non-empty folder"; a missing staging, EXDEV, EACCES... are the caller's error
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not final.is_dir(): raise
         if not replace: raise FileExistsError(f"{final} exists and is not empty") from None
         old = temp_sibling(final, "old")
         os.rename(final, old)                        # a folder can't be replaced in one step: move the old one aside
-        os.rename(staging, final)
+        try: os.rename(staging, final)
+        except BaseException:
+            os.rename(old, final); raise             # put the old complete folder back: never leave the name empty
         shutil.rmtree(old, ignore_errors=True)
     fsync_dir(final.parent)
     return final

@@ -14,6 +14,8 @@ def assert_close(actual, expected, rtol: float = 1e-4, atol: float = 1e-6, name:
     actual, expected = torch.as_tensor(actual), torch.as_tensor(expected)
     assert actual.shape == expected.shape, f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     assert torch.isfinite(actual).all(), f"{name}: actual has NaN or inf"
+    # an inf in `expected` would make the tolerance inf, so that any `actual` passed
+    assert torch.isfinite(expected).all(), f"{name}: expected has NaN or inf"
     diff = (actual - expected).abs().max().item() if actual.numel() else 0.0
     scale = expected.abs().max().item() if expected.numel() else 0.0
     tol = atol + rtol * scale

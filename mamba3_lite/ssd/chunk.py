@@ -21,12 +21,14 @@ def segsum(a: torch.Tensor, fill: float = -math.inf) -> torch.Tensor:
     return torch.cumsum(a_rep, dim=-2).masked_fill(~causal, fill)         # (..., Q, Q)
 
 # %% ../../nbs/02_chunkwise.ipynb #0d3cdf12
-def _exp_masked_diff(Lam: torch.Tensor) -> torch.Tensor:
-    "exp(Lam[i] - Lam[j]) for i >= j and exactly 0 above the diagonal; Lam (..., Q) real or complex (a chunk-local cumulative log-decay)."
+def _exp_masked_diff(Lam: torch.Tensor, dtype=None) -> torch.Tensor:
+    """exp(Lam[i] - Lam[j]) for i >= j and exactly 0 above the diagonal; Lam (..., Q) real or complex (a chunk-local
+    cumulative log-decay). The differences are taken in Lam's dtype and only then cast to `dtype` (real Lam only)."""
     Q = Lam.shape[-1]
     causal = torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=Lam.device))
     diff = Lam[..., :, None] - Lam[..., None, :]                          # (..., Q, Q)
     if not diff.is_complex():
+        diff = diff if dtype is None else diff.to(dtype)                  # cast *after* the cancellation, not before
         return diff.masked_fill(~causal, -math.inf).exp()
     # complex: mask the real part to -inf and the phase to 0 before exp, so no inf*0 can appear
     return torch.polar(diff.real.masked_fill(~causal, -math.inf).exp(), diff.imag.masked_fill(~causal, 0.0))
@@ -87,15 +89,16 @@ def ssd_complex_chunkwise(x, A, B_t, C_t, dt, chunk_size=64, per_chunk=per_chunk
     return (y, states[:, -1]) if return_final_state else y
 
 # %% ../../nbs/02_chunkwise.ipynb #ba366b60
-def chunk_log_decays_and_phases(dt, A_re, A_im, chunk_size):
-    r"""Decays and phases per chunk: $\alpha$ (B,c,Q,H) fp32 chunk-local cumulative log-decay; $\theta$ (B,c,Q,H) fp32 the
-    cumulative phase, summed in fp64 and reduced mod $2\pi$ so it never loses precision as T grows; its final value (B,H)."""
+def chunk_log_decays_and_phases(dt, A_re, A_im, chunk_size, alpha_dtype=torch.float32):
+    r"""Decays and phases per chunk: $\alpha$ (B,c,Q,H) chunk-local cumulative log-decay in `alpha_dtype` (fp32 for the
+    Triton kernels of chapter 05; `ssd_real_chunkwise` asks for fp64); $\theta$ (B,c,Q,H) fp32 the cumulative phase,
+    summed in fp64 and reduced mod $2\pi$ so it never loses precision as T grows; its final value (B,H)."""
     Bsz, T, H = dt.shape
     Q = chunk_size
     pad = (-T) % Q
     nc = (T + pad) // Q
-    delta = F.softplus(dt.float())                                               # (B, T, H)
-    a = _pad_time(delta * A_re.float(), pad).reshape(Bsz, nc, Q, H)             # log-decay per step, <= 0
+    delta = F.softplus(dt.to(alpha_dtype))                                       # (B, T, H)
+    a = _pad_time(delta * A_re.to(alpha_dtype), pad).reshape(Bsz, nc, Q, H)     # log-decay per step, <= 0
     alpha = torch.cumsum(a, dim=2)                                               # (B, c, Q, H)
     b = _pad_time(F.softplus(dt.double()) * A_im.double(), pad).reshape(Bsz, nc, Q, H)   # phase per step, fp64
     # a two-level fp64 cumsum (within chunks, then over chunk totals) equals one over T, and keeps every scan short
@@ -129,20 +132,21 @@ def complex_state_from_real(S: torch.Tensor, theta: torch.Tensor) -> torch.Tenso
 # %% ../../nbs/02_chunkwise.ipynb #ebf44a34
 def real_ssd_chunked(q, k, xc, alpha, S0=None):
     """Mamba-2 style chunked SSD with a scalar decay per head, all real: q, k (B,c,Q,H,2N); xc (B,c,Q,H,D);
-    alpha (B,c,Q,H) chunk-local cumulative log-decay; S0 (B,H,2N,D) or None. Returns y (B,c,Q,H,D) and the final state (B,H,2N,D)."""
+    alpha (B,c,Q,H) chunk-local cumulative log-decay, in q's dtype or fp64 (then every difference of two alphas is taken
+    in fp64 and cast to q's dtype afterwards); S0 (B,H,2N,D) or None. Returns y (B,c,Q,H,D) and the final state (B,H,2N,D)."""
     Bsz, nc, Q, H, N2 = q.shape
     D = xc.shape[-1]
-    L = _exp_masked_diff(alpha.permute(0, 1, 3, 2))                              # (B, c, H, Q, Q)
+    L = _exp_masked_diff(alpha.permute(0, 1, 3, 2), q.dtype)                     # (B, c, H, Q, Q)
     scores = torch.einsum("bcihm,bcjhm->bchij", q, k) * L                       # (B, c, H, Q, Q)
     y = torch.einsum("bchij,bcjhd->bcihd", scores, xc)                           # intra-chunk, (B, c, Q, H, D)
-    decay_states = torch.exp(alpha[:, :, -1:] - alpha)                           # (B, c, Q, H), exponent <= 0
+    decay_states = (alpha[:, :, -1:] - alpha).to(q.dtype).exp()                  # (B, c, Q, H), exponent <= 0
     states = torch.einsum("bcjhm,bcjhd->bchmd", k * decay_states[..., None], xc)   # R_c: (B, c, H, 2N, D)
     if S0 is None:
         S0 = torch.zeros(Bsz, H, N2, D, dtype=states.dtype, device=states.device)
     states = torch.cat([S0[:, None].to(states.dtype), states], dim=1)           # (B, c+1, H, 2N, D)
-    decay_chunk = _exp_segsum(F.pad(alpha[:, :, -1], (0, 0, 1, 0)).transpose(1, 2))   # (B, H, c+1, c+1)
+    decay_chunk = _exp_segsum(F.pad(alpha[:, :, -1], (0, 0, 1, 0)).transpose(1, 2)).to(states.dtype)   # (B, H, c+1, c+1)
     states = torch.einsum("bhzc,bchmd->bzhmd", decay_chunk, states)             # state entering each chunk
-    y = y + torch.einsum("bcihm,bchmd->bcihd", q * alpha.exp()[..., None], states[:, :-1])
+    y = y + torch.einsum("bcihm,bchmd->bcihd", q * alpha.exp().to(q.dtype)[..., None], states[:, :-1])
     return y, states[:, -1]
 
 # %% ../../nbs/02_chunkwise.ipynb #8bc145fc
@@ -157,7 +161,8 @@ def ssd_real_chunkwise(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_size=64,
     pad = (-T) % Q
     nc = (T + pad) // Q
     with torch.autocast(device_type=x.device.type, enabled=False):
-        alpha, theta, theta_end = chunk_log_decays_and_phases(dt, A_re, A_im, Q)      # (B, c, Q, H) each
+        # alpha in fp64: after a few large steps |alpha| is large, and alpha_i - alpha_j in fp32 would lose |alpha| * 2^-24
+        alpha, theta, theta_end = chunk_log_decays_and_phases(dt, A_re, A_im, Q, alpha_dtype=torch.float64)   # (B, c, Q, H)
         chunked = [_pad_time(t.float(), pad).reshape(Bsz, nc, Q, H, -1) for t in (B_re, B_im, C_re, C_im, x)]
         q, k = rotate_bc(*chunked[:4], theta)                                        # (B, c, Q, H, 2N)
         S0 = None if initial_state is None else real_state_from_complex(initial_state)
