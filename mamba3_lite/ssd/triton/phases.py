@@ -158,7 +158,7 @@ if HAS_TRITON:
         "log(1 + e^x) = max(x, 0) + log1p(e^-|x|), with log1p(u) = u log(1+u)/((1+u)-1) (exact where 1+u rounds)."
         u = tl.exp(-tl.abs(x))
         w = 1.0 + u
-        return tl.maximum(x, 0.0) + tl.where(w == 1.0, u, tl.log(w) * u / (w - 1.0))
+        return tl.maximum(x, 0.0) + tl.where(w == 1.0, u, tl.log(w) * u / tl.where(w == 1.0, 1.0, w - 1.0))   # no 0/0 on the unused side
 
 # %% ../../../nbs/05a_triton_phases.ipynb #834434fe
 if HAS_TRITON:
