@@ -28,6 +28,10 @@ from .train.metrics import PEAK_BF16_FLOPS, peak_flops
 from .train.trainer import Pretrainer
 from .train.cost import GPU_SPECS, gpu_key, measurement_for, projection_line, time_to_train
 
+# %% ../nbs/08_pretrain.ipynb #70e3d3f8
+import signal, threading                                  # main: SIGTERM ends a run as Ctrl-C does
+from .train.config import open_run_data        # the dry run opens the data as the run will
+
 # %% ../nbs/08_pretrain.ipynb #351572d9
 def parse_overrides(tokens: list[str]) -> dict:
     "`['--lr', '1e-3', '--model.d_model=256', ...]` -> `{'lr': '1e-3', 'model': {'d_model': '256'}}` for `TrainingConfig.from_dict` (values still strings)."
@@ -57,14 +61,28 @@ def parse_overrides(tokens: list[str]) -> dict:
 
 # %% ../nbs/08_pretrain.ipynb #3b29f558
 def load_config_file(path) -> dict:
-    "A YAML or JSON mapping of TrainingConfig fields (the model's nested under `model`)."
+    "A YAML or JSON mapping of TrainingConfig fields (the model's nested under `model`); a `ConfigError` saying what is wrong with the file (`build_config` names it)."
     import yaml
-    p = Path(path)
-    if not p.is_file(): raise ConfigError(f"--config: {p} not found")
-    try: d = json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-    except (json.JSONDecodeError, yaml.YAMLError) as e: raise ConfigError(f"--config {p}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {e}") from None
+    class Unique(yaml.SafeLoader):                     # a key given twice is a mistake, not "the last one wins"
+        def construct_mapping(self, node, deep=False):
+            keys = [self.construct_object(k, deep=True) for k, _ in node.value]
+            if dup := next((k for i, k in enumerate(keys) if k in keys[:i]), None): raise ConfigError(f"key {dup!r} is given twice")
+            return super().construct_mapping(node, deep)
+    def unique(pairs):
+        if dup := next((k for i, (k, _) in enumerate(pairs) if k in [q for q, _ in pairs[:i]]), None): raise ConfigError(f"key {dup!r} is given twice")
+        return dict(pairs)
+    p, kind = Path(path), "JSON" if Path(path).suffix == ".json" else "YAML"
+    if p.is_dir(): raise ConfigError("is a folder, not a YAML or JSON file")
+    try: text = p.read_text(encoding="utf-8")
+    except FileNotFoundError: raise ConfigError("not found") from None
+    except UnicodeDecodeError as e: raise ConfigError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e: raise ConfigError(f"cannot be read ({e.strerror or e})") from None
+    try: d = json.loads(text, object_pairs_hook=unique) if kind == "JSON" else yaml.load(text, Loader=Unique)
+    except (json.JSONDecodeError, yaml.YAMLError) as e: raise ConfigError(f"not valid {kind}: {' '.join(str(e).split())}") from None
     if d is None: return {}
-    if not isinstance(d, dict): raise ConfigError(f"--config {p}: expected a mapping of TrainingConfig fields, got {type(d).__name__}")
+    if not isinstance(d, dict): raise ConfigError(f"expected a mapping of TrainingConfig fields, got {type(d).__name__}")
+    for k in [*d, *(d["model"] if isinstance(d.get("model"), dict) else ())]:
+        if not isinstance(k, str): raise ConfigError(f"key {k!r} is not a field name")
     return d
 
 def build_config(preset: str | None = None, config_file=None, overrides: dict | None = None) -> TrainingConfig:
@@ -183,9 +201,11 @@ def _parser() -> argparse.ArgumentParser:
                f"  ENABLE_TRITON_KERNELS=1 python -m mamba3_lite.pretrain --preset h200 --model.ssd_dispatch triton --data_path /data/shards\n"
                f"  torchrun --nproc_per_node=8 -m mamba3_lite.pretrain --preset h200 --data_path /data/shards --resume auto\n"
                f"Runs never collide: a fresh run (no --resume) into a --checkpoint_dir <dir> that holds another run writes to the\n"
-               f"first free <dir>-2, <dir>-3, ... and says so; continue the other run with --resume auto --checkpoint_dir <dir>.\n"
+               f"first free <dir>-2, <dir>-3, ... and says so (also when a run that is still starting holds <dir>); continue the\n"
+               f"other run with --resume auto --checkpoint_dir <dir>. --resume of a checkpoint older than its folder's newest\n"
+               f"is refused (it would overwrite them): branch it with a new --checkpoint_dir.\n"
                f"Errors print one line 'error: ...' (exit 2: refused before training; 1: a refused resume or a failure during\n"
-               f"training); --debug or MAMBA3_LITE_DEBUG=1 adds the traceback.")
+               f"training; 130: Ctrl-C or SIGTERM, with the newest checkpoint); --debug or MAMBA3_LITE_DEBUG=1 adds the traceback.")
     p.add_argument("--preset", choices=sorted(PRESETS), help="tiny (CPU, minutes), a100 or h200 (the 434M model)")
     p.add_argument("--config", metavar="FILE", help="YAML or JSON file of TrainingConfig fields (model fields under `model:`)")
     p.add_argument("--dry-run", "--dry_run", action="store_true", help="print parameters, tokens per step, memory and time; exit")
@@ -250,7 +270,7 @@ def _summary(trainer: Pretrainer, out: dict, seconds: float) -> str:
 def _train(cfg: TrainingConfig, stage: dict) -> int:
     "Run `cfg` to the end; rank 0 prints the summary and a sample. `stage['training']` turns True once the run is built."
     t0 = time.perf_counter()
-    trainer = Pretrainer(cfg)
+    trainer = stage["trainer"] = Pretrainer(cfg)
     try:
         stage["training"] = True
         out = trainer.train()
@@ -261,9 +281,18 @@ def _train(cfg: TrainingConfig, stage: dict) -> int:
     finally: trainer.close()
     return 0
 
+def _check_data(cfg: TrainingConfig, world_size: int):
+    "The dry run's `data:` line: the data opened as the run would open it (07a), without the token scan; a `ConfigError` if it can't be."
+    if cfg.data_path == "builtin": return                     # made on first use: the plan does not build it
+    path, train, val, _ = open_run_data(replace(cfg, tokenizer=cfg.tokenizer_name), world_size=world_size, check_tokens=False,
+                                        echo=lambda line: print(f"data: {line}"))
+    print(f"data: {path}: train {train.n_tokens:,} tokens ({len(train):,} windows), "
+          + (f"val {val.n_tokens:,} tokens ({len(val):,} windows)" if val else "no validation"))
+
 def _run(args, rest: list, argv: list, stage: dict) -> int:
     try: launch = launch_env()
     except ValueError as e: raise ConfigError(str(e)) from None       # a malformed RANK/WORLD_SIZE/LOCAL_RANK
+    if args.gpu and not args.dry_run: raise ConfigError("--gpu: only with --dry-run (it names the GPU whose time the plan projects)")
     if not argv and torch.cuda.is_available():
         print(_cuda_banner()); return 0
     preset = args.preset or (None if args.config or torch.cuda.is_available() else "tiny")
@@ -273,22 +302,38 @@ def _run(args, rest: list, argv: list, stage: dict) -> int:
               + (f", config: {args.config}" if args.config else "") + (f", overrides: {' '.join(rest)}" if rest else ""))
         for w in config_warnings(cfg): print(f"warning: {w}", file=sys.stderr)
     if args.dry_run:
-        if launch.is_main: dry_run(cfg, world_size=launch.world_size, gpu=args.gpu)
+        if launch.is_main: dry_run(cfg, world_size=launch.world_size, gpu=args.gpu); _check_data(cfg, launch.world_size)
         return 0
     return _train(cfg, stage)
 
+# %% ../nbs/08_pretrain.ipynb #e939dea5
+def _interrupted(stage: dict) -> str:
+    "What Ctrl-C (or SIGTERM) prints: the step it stopped at and the newest checkpoint, the one `--resume auto` continues from."
+    t = stage.get("trainer")
+    if t is None: return "interrupted before training started: nothing was trained"
+    newest = t.ckpt.checkpoints()
+    return f"interrupted at step {t.step}; " + (f"newest checkpoint: {newest[-1]} (continue: --resume auto --checkpoint_dir "
+                                                f"{t.cfg.checkpoint_dir})" if newest else f"no checkpoint was written yet (the first is due at step {t.cfg.save_every})")
+
 def main(argv=None) -> int:
-    "The command line; returns the exit status: 0, 2 for an error before training, 1 for a refused resume, a bad checkpoint or an error during training."
+    "The command line; returns the exit status: 0, 2 for an error before training, 1 for a refused resume, a bad checkpoint or an error during training, 130 for Ctrl-C or SIGTERM."
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rest = _parser().parse_known_args(argv)
-    stage = {"training": False}
+    stage = {"training": False, "trainer": None}
+    def stop(signum, frame): raise KeyboardInterrupt             # SIGTERM (a scheduler's preemption) ends the run as Ctrl-C does
+    old = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None
     try: return _run(args, rest, argv, stage)
+    except KeyboardInterrupt:
+        if stage["trainer"] is None or stage["trainer"].env.is_main: print(_interrupted(stage), file=sys.stderr)
+        return 130
     except Exception as e:
         err = user_error(e)
         if err is None: raise                                             # a bug: its traceback is the report
         if args.debug or env_flag("MAMBA3_LITE_DEBUG"): traceback.print_exc()
         print(f"error: {error_line(err)}", file=sys.stderr)
         return 1 if stage["training"] or isinstance(err, RUN_ERRORS) else 2
+    finally:
+        if old is not None: signal.signal(signal.SIGTERM, old)
 
 def _in_ipython() -> bool:
     return hasattr(builtins, "__IPYTHON__") or "get_ipython" in dir(builtins)

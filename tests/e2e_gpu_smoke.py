@@ -113,8 +113,8 @@ def test_7_checkpoint_round_trip():
     a = Pretrainer(_small_cfg(d, max_steps=6, save_every=3, eval_every=0, sample_tokens=0), echo=lambda m: None)
     a.train(until_step=3)                          # checkpoint 3
     ref = a.train()["losses"]                       # steps 4-6, and the export
-    b = Pretrainer(_small_cfg(d, max_steps=6, save_every=3, eval_every=0, sample_tokens=0, resume=str(d / "step_00000003")),
-                   echo=lambda m: None)
+    b = Pretrainer(_small_cfg(d / "branch", max_steps=6, save_every=3, eval_every=0, sample_tokens=0,   # d holds step 6 now:
+                              resume=str(d / "step_00000003")), echo=lambda m: None)                # resuming 3 there is refused
     assert b.step == 3
     got = [b.train_step()["loss"] for _ in range(3)]
     print("after resume", got, "uninterrupted", ref)

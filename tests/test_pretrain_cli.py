@@ -51,8 +51,8 @@ def test_config_file_and_overrides(tmp_path, corpus):
     assert [r["step"] for r in recs if r["kind"] == "train"] == list(range(1, 9))
     assert [r["step"] for r in recs if r["kind"] == "eval"] == [4, 8]
     assert [r["step"] for r in recs if r["kind"] == "sample"] == [4, 8]
-    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [
-        "config.json", "final", "loss_curve.png", "metrics.jsonl", "step_00000004", "step_00000008", "tb"]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [                        # .run-lock: the folder's claim (07c)
+        ".run-lock", "config.json", "final", "loss_curve.png", "metrics.jsonl", "step_00000004", "step_00000008", "tb"]
     assert list((tmp_path / "ck" / "tb").glob("events.out.tfevents.*"))
     assert sorted(p.name for p in (tmp_path / "ck" / "final").iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors", "tokenizer.json"]
     assert "sample (" in r.stdout and "done: step 8" in r.stdout and " bits/byte (loss " in r.stdout
@@ -93,6 +93,33 @@ def test_bad_config_file(tmp_path, corpus, capsys):
     (tmp_path / "broken.yaml").write_text("lr: [1, 2\n")
     assert main(["--config", str(tmp_path / "broken.yaml")]) == 2 and "not valid YAML" in capsys.readouterr().err
     assert main(["--config", str(tmp_path / "missing.yaml")]) == 2 and "not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("bom.yaml", b"\xff\xfe\x00", "not UTF-8 text"), ("int_key.yaml", b"1: 2\n", "key 1 is not a field name"),
+    ("int_model_key.yaml", b"model:\n  3: 4\n", "key 3 is not a field name"),
+    ("twice.yaml", b"lr: 1e-3\nlr: 2e-3\n", "key 'lr' is given twice"), ("twice.json", b'{"lr": 1e-3, "lr": 2e-3}', "key 'lr' is given twice"),
+    ("flow.yaml", b"lr: [1\n  x: 2\n", "not valid YAML: "), ("folder", None, "is a folder, not a YAML or JSON file")])
+def test_config_file_problems_are_one_line(tmp_path, capsys, name, content, message):
+    "M1: what is wrong with a --config file is one line naming it once, exit 2."
+    f = tmp_path / name
+    f.mkdir() if content is None else f.write_bytes(content)
+    assert main(["--preset", "tiny", "--config", str(f), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --config {f}: {err.split(': ', 2)[2]}" and message in err and err.count("\n") == 1, err
+
+
+def test_dry_run_opens_the_data_as_the_run_would(tmp_path, corpus, capsys):
+    "M2: a missing data_path, a batch larger than the data, or a vocabulary 'auto' can't serve, are refused by the dry run too."
+    assert main(["--preset", "tiny", "--data_path", str(tmp_path / "nowhere"), "--dry-run"]) == 2
+    assert "error: data_path: " in capsys.readouterr().err
+    assert main(["--preset", "tiny", "--data_path", str(corpus), "--batch_size", "100000", "--dry-run"]) == 2
+    assert "error: batch_size: the train split of" in capsys.readouterr().err
+    assert main(["--preset", "tiny", "--model.vocab_size", "300", "--dry-run"]) == 2
+    assert "auto chose gpt2 for model.vocab_size > 256" in capsys.readouterr().err
+    assert main(["--preset", "tiny", "--data_path", str(corpus), "--dry-run"]) == 0
+    assert f"data: {corpus}: train 60,000 tokens" in capsys.readouterr().out
+    assert main(["--preset", "tiny", "--gpu", "h200"]) == 2 and "--gpu: only with --dry-run" in capsys.readouterr().err
 
 
 def test_old_spellings_in_a_file_get_a_hint(tmp_path, corpus, capsys):
@@ -237,6 +264,23 @@ def test_kill_9_during_checkpoint_write_then_resume(tmp_path, corpus):
     assert "removing incomplete write" in r.stdout and "resumed from step_00000010 (step 10," in r.stdout
     assert sorted(d.name for d in ck.glob("step_*")) == ["step_00000020", "step_00000030"]
     assert not list(ck.glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_says_where_the_newest_checkpoint_is(tmp_path, corpus, sig):
+    "H6: one line with the step and the newest checkpoint, exit 130, no traceback; the run then resumes from it."
+    cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck", max_steps=100000)
+    p = subprocess.Popen([sys.executable, "-m", "mamba3_lite.pretrain", "--config", str(cfgf)], env=ENV, cwd=REPO,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "ck" / "step_00000010" / "COMPLETE", p)
+    p.send_signal(sig)
+    err = p.communicate(timeout=60)[1]
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    newest = max((tmp_path / "ck").glob("step_*"))
+    assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert last.startswith("interrupted at step ") and last.endswith(f"newest checkpoint: {newest} (continue: --resume auto "
+                                                                     f"--checkpoint_dir {tmp_path / 'ck'})"), last
+    assert not list((tmp_path / "ck").glob(".tmp-*"))
 
 
 def test_resume_with_a_different_model_is_refused(tmp_path, corpus):

@@ -2,7 +2,7 @@
 resume checks everything that changes the trajectory, start-up checks and cleanup, rollbacks marked in the metrics.
 
 CPU only, on the byte-corpus runs of test_training.py (a few thousand parameters, a second or two each)."""
-import dataclasses, errno, hashlib, json, os, shutil, signal, subprocess, sys, textwrap
+import dataclasses, errno, fcntl, hashlib, json, os, shutil, signal, subprocess, sys, textwrap, time
 from pathlib import Path
 
 import pytest
@@ -409,9 +409,10 @@ def test_resume_path_into_another_runs_folder_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"checkpoint_dir: .*ck holds another run.*--checkpoint_dir .*ck-2"):
         Pretrainer(tiny_cfg(tmp_path, max_steps=4, save_every=2, eval_every=0, resume=str(b_ckpt)))
     assert snapshot(tmp_path / "ck") == a
-    t = Pretrainer(tiny_cfg(tmp_path, max_steps=4, save_every=2, eval_every=0, resume=str(b_ckpt),
+    newest = tmp_path / "ck-2" / "step_00000004"
+    t = Pretrainer(tiny_cfg(tmp_path, max_steps=4, save_every=2, eval_every=0, resume=str(newest),
                             checkpoint_dir=str(tmp_path / "ck-2")))                             # its own folder: fine
-    assert t.step == 2
+    assert t.step == 4
 
 
 def test_resume_auto_without_checkpoints_never_overwrites_a_run(tmp_path, capsys):
@@ -431,3 +432,103 @@ def test_triton_opt_in_on_a_cpu_is_refused_before_any_file(tmp_path, monkeypatch
     with pytest.raises(ConfigError, match=r"^model\.ssd_dispatch: the Triton kernels run on CUDA GPUs and this run's device is cpu"):
         Pretrainer(tiny_cfg(tmp_path, model={"ssd_dispatch": "triton"}))
     assert not (tmp_path / "ck").exists()
+
+
+# ---- the review of the data and trainer chapters: folders claimed, older resumes, the data at start-up --------------
+HOLD = textwrap.dedent("""
+    import fcntl, sys, time
+    f = open(sys.argv[1], "a+"); fcntl.flock(f, fcntl.LOCK_EX); f.write("pid 4242 on elsewhere\\n"); f.flush()
+    print("held", flush=True); sys.stdin.read()              # holds the lock until the test closes its stdin
+""")
+
+
+def hold_lock(folder: Path) -> subprocess.Popen:
+    "Another process that holds `folder`'s run lock (a run that has just started there), until its stdin is closed."
+    folder.mkdir(parents=True, exist_ok=True)
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(folder / ".run-lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_a_folder_another_process_holds_is_never_shared(tmp_path, capsys):
+    "H1: a fresh run into a folder a running process holds (no file of its own yet) writes to `<dir>-2`; a resume is refused."
+    other = hold_lock(tmp_path / "ck")
+    try:
+        b = Pretrainer(tiny_cfg(tmp_path, max_steps=2, eval_every=0))
+        assert b.cfg.checkpoint_dir == str(tmp_path / "ck-2") and "pid 4242 on elsewhere" in capsys.readouterr().out
+        b.train(); b.close()
+        CheckpointManager(tmp_path / "ck").save(2, b.state_dict())        # as if the other run had saved step 2
+        with pytest.raises(ConfigError, match=r"^checkpoint_dir: .*ck is in use by a running process \(pid 4242 on elsewhere"):
+            Pretrainer(tiny_cfg(tmp_path, max_steps=4, eval_every=0, resume="auto"))
+    finally: other.stdin.close(); other.wait()
+    assert Pretrainer(tiny_cfg(tmp_path, max_steps=4, eval_every=0, resume="auto")).step == 2   # it ended: the lock went with it
+
+
+CLAIM = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from mamba3_lite.train.checkpoint import claim_run_dir
+    Path(sys.argv[3]).touch()
+    while not Path(sys.argv[2]).exists(): time.sleep(0.005)      # both start together
+    d = claim_run_dir(sys.argv[1])[0]
+    time.sleep(1.0); (Path(d) / "config.json").write_text("{}")  # the run's first file, a moment later
+    print(d, flush=True)
+""")
+
+
+def test_two_runs_started_together_get_two_folders(tmp_path):
+    "H1: two processes claim the same --checkpoint_dir at the same moment; each gets its own folder."
+    go = tmp_path / "go"
+    ps = [subprocess.Popen([sys.executable, "-c", CLAIM, str(tmp_path / "ck"), str(go), str(tmp_path / f"ready{i}")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (1, 2)]
+    deadline = time.time() + 120
+    while not all((tmp_path / f"ready{i}").exists() for i in (1, 2)):
+        assert time.time() < deadline and all(p.poll() is None for p in ps), [p.stderr.read() for p in ps]
+        time.sleep(0.01)
+    go.touch()
+    got = sorted(p.communicate(timeout=60)[0].strip() for p in ps)
+    assert got == [str(tmp_path / "ck"), str(tmp_path / "ck-2")], got
+
+
+def test_resume_of_an_older_checkpoint_never_overwrites_newer_ones(tmp_path):
+    "H2: `--resume ck/step_4` with ck holding step_6 and final/ is refused, nothing changes; a branch into a new folder works."
+    Pretrainer(tiny_cfg(tmp_path, max_steps=6, save_every=2, eval_every=0)).train()
+    ck = tmp_path / "ck"
+    assert sorted(p.name for p in ck.glob("step_*")) == ["step_00000004", "step_00000006"] and (ck / "final").is_dir()
+    before = snapshot(ck)
+    older = dict(max_steps=6, save_every=2, eval_every=0, resume=str(ck / "step_00000004"), lr=1e-3, allow_config_change="lr")
+    with pytest.raises(ConfigError, match=r"^resume: .*step_00000004 is older than what its folder holds \(step_00000006, final\).*"
+                                          r"--checkpoint_dir <a new folder>"):
+        Pretrainer(tiny_cfg(tmp_path, **older))
+    assert snapshot(ck) == before
+    branch = Pretrainer(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "branch"), **older))
+    assert branch.step == 4 and branch.train()["final"] == str(tmp_path / "branch" / "final")
+    assert snapshot(ck) == before
+    assert Pretrainer(tiny_cfg(tmp_path, max_steps=8, save_every=2, eval_every=0, resume=str(ck / "step_00000006"))).step == 6
+
+
+def test_resume_paths_that_name_no_checkpoint(tmp_path):
+    "M5: a run's folder, or a checkpoint that does not exist: one line saying which, with the checkpoints there."
+    Pretrainer(tiny_cfg(tmp_path, max_steps=4, save_every=2, eval_every=0)).train()
+    ck = tmp_path / "ck"
+    with pytest.raises(ConfigError, match=rf"^resume: {ck} is a run folder.*--resume auto --checkpoint_dir {ck}.*step_00000004"):
+        Pretrainer(tiny_cfg(tmp_path, resume=str(ck)))
+    with pytest.raises(ConfigError, match=r"^resume: .*step_00000099 does not exist \(checkpoints in .*ck: step_00000002, step_00000004\)"):
+        Pretrainer(tiny_cfg(tmp_path, resume=str(ck / "step_00000099")))
+
+
+def test_the_data_at_start_up(tmp_path, capsys):
+    "H4, H5, L6: a batch larger than the data names batch_size; a val split too short to evaluate, or the train stream's tail held out, is said."
+    with pytest.raises(ConfigError, match=r"^batch_size: the train split of .* fewer than one global batch of 100000 x 1"):
+        Pretrainer(tiny_cfg(tmp_path, batch_size=100_000))
+    from mamba3_lite.data.shards import write_shard
+    data = tmp_path / "short_val"; shutil.copytree(tmp_path / "data", data)
+    write_shard(data / "val_000000.bin", list(range(100)), 256)                    # 100 tokens: 3 windows of 33
+    t = Pretrainer(tiny_cfg(tmp_path, max_steps=4, eval_every=2, data_path=str(data)))
+    assert t.val_ds is None and "no validation: the val split has 3 windows, fewer than one global batch of 4" in capsys.readouterr().out
+    t.train()
+    assert not [r for r in read_metrics(Path(t.cfg.checkpoint_dir) / "metrics.jsonl") if r["kind"] == "eval"]
+    (data / "val_000000.bin").unlink()
+    t = Pretrainer(tiny_cfg(tmp_path, max_steps=4, eval_every=2, data_path=str(data)))
+    said = [l for l in capsys.readouterr().out.splitlines() if l.startswith("validation: ")]
+    assert t.val_ds.n_tokens == 3000 and len(said) == 1 and "3,000 tokens of the train stream (5%)" in said[0], said

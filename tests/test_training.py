@@ -244,7 +244,7 @@ def test_two_optimizer_checkpoint_resumes_exactly(tmp_path):
     assert_bit_identical(params(resumed.model), params(full.model))
     with pytest.raises(ResumeError, match=r"refusing to resume from .*step_00000004: the optimizer state is the former two-optimizer"):
         state["optimizer"]["optimizers"].pop()       # the complex A's AdamW lost: refused, naming the checkpoint
-        cm.save(4, state); Pretrainer(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "cut"), max_steps=8, resume=str(cm.path_for(4))))
+        cm.save(4, state); Pretrainer(tiny_cfg(tmp_path, checkpoint_dir=str(tmp_path / "branch"), max_steps=8, resume=str(cm.path_for(4))))
 
 
 def _free_port() -> int:

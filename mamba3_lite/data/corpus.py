@@ -36,7 +36,10 @@ BYTES_SEPARATOR = b"\n\n"        # after every work: the byte tokenizer has no e
 
 def _byte_corpus(src: Path, out: Path) -> dict:
     "Write the works of `src` as UTF-8 byte shards (train/val, the split of `prepare`) into `out`, atomically; its meta."
-    with lzma.open(src, "rt", encoding="utf-8") as f: works = [json.loads(line) for line in f if line.strip()]
+    try:
+        with lzma.open(src, "rt", encoding="utf-8") as f: works = [json.loads(line) for line in f if line.strip()]
+    except (EOFError, lzma.LZMAError, ValueError) as e:         # the xz stream cut or corrupt, or a line that is not JSON
+        raise ValueError(f"{src}: damaged ({e}); reinstall the package to get its data back") from None
     staging = temp_sibling(out, "partial")
     staging.mkdir(parents=True)
     try:

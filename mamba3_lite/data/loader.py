@@ -27,7 +27,11 @@ def _check_meta(folder: Path, found: dict) -> dict | None:
     except (ValueError, KeyError, TypeError) as e: raise ValueError(f"{meta_path}: not a prepare meta.json ({e})") from None
     for split in ("train", "val"):
         want, have = [s["file"] for s in listed.get(split, [])], [p.name for p in found[split]]
-        if want != have: raise ValueError(f"{folder}: {split} shards {have} do not match meta.json {want}; the folder is incomplete")
+        if want != have:                     # a file too many (a copy of another folder's?) is not "incomplete"
+            extra, missing = [f for f in have if f not in want], [f for f in want if f not in have]
+            raise ValueError(f"{folder}: " + "; ".join([f"{', '.join(extra)} not listed in meta.json"] * bool(extra)
+                                                        + [f"{', '.join(missing)} missing (meta.json lists it): the folder is incomplete"] * bool(missing))
+                             if extra or missing else f"{folder}: {split} shards {have} are not in meta.json's order {want}")
     return meta
 
 def _split_files(path: Path, split: str) -> tuple[list[Path], bool, dict | None]:

@@ -5,8 +5,8 @@
 # %% auto #0
 __all__ = ['ALIASES', 'COMPILE_MODES', 'CUDA_GRAPH_MODES', 'PARALLEL_MODES', 'MODEL_FIELDS', 'MAX_SEED', 'TINY_MODEL',
            'GPU_MODEL', 'PRESETS', 'ConfigError', 'coerce_field', 'suggest_field', 'TrainingConfig', 'model_with',
-           'field_names', 'config_warnings', 'check_ssd_device', 'resolve_data_path', 'check_cuda_graphs', 'busy_cores',
-           'cpu_threads', 'set_cpu_threads', 'expand_model_keys']
+           'field_names', 'config_warnings', 'check_ssd_device', 'resolve_data_path', 'open_run_data',
+           'check_cuda_graphs', 'busy_cores', 'cpu_threads', 'set_cpu_threads', 'expand_model_keys']
 
 # %% ../../nbs/07a_config.ipynb #e53eae25
 import dataclasses, difflib, json, math, os, re, time
@@ -21,8 +21,10 @@ import torch
 from ..model import ModelConfig
 from ..runtime import parse_bool
 from ..ssd import effective_backend
-from ..data.tokenizer import TOKENIZERS, get_tokenizer, infer_tokenizer
-from ..data.corpus import builtin_corpus
+from ..data.tokenizer import GPT2_VOCAB_SIZE, TOKENIZERS, get_tokenizer, infer_tokenizer
+from ..data.shards import ShardError
+from ..data.corpus import builtin_corpus, check_data_tokenizer
+from ..data.loader import PretrainDataset
 
 # %% ../../nbs/07a_config.ipynb #4b2fb965
 class ConfigError(ValueError):
@@ -230,9 +232,15 @@ def validate(self: TrainingConfig) -> TrainingConfig:
     need(self.resume is None or bool(self.resume), "resume", "None, 'auto' or a checkpoint directory")
     self.allow_config_change = field_names(self.allow_config_change, "allow_config_change")
     need(self.tokenizer in ("auto",) + TOKENIZERS, "tokenizer", f"'auto' or one of {', '.join(TOKENIZERS)}")
-    if self.tokenizer == "gpt2" and (n := get_tokenizer("gpt2").n_vocab) > self.model.vocab_size:   # bytes: any ids below vocab_size
-        raise ConfigError(f"tokenizer: {self.tokenizer_name} has {n:,} ids, more than model.vocab_size {self.model.vocab_size:,}"
-                          f" (set --model.vocab_size {n} with it)")
+    if self.tokenizer == "gpt2":                         # named (the trainer names what 'auto' meant): its rank file must load
+        try: get_tokenizer("gpt2")
+        except ValueError as e: raise ConfigError(f"tokenizer: {e}") from None         # the package's rank file is damaged (06a)
+    if self.tokenizer_name == "gpt2":                                   # bytes: any ids below vocab_size
+        auto, n = self.tokenizer == "auto", GPT2_VOCAB_SIZE   # 'auto' with a vocabulary above 256 is GPT-2, which the user never named
+        if n > self.model.vocab_size:
+            raise ConfigError(f"tokenizer: {'auto chose gpt2 for model.vocab_size > 256, and ' * auto}gpt2 has {n:,} ids, more than "
+                              f"model.vocab_size {self.model.vocab_size:,} (set --model.vocab_size {n} with it"
+                              + (", or --tokenizer bytes for a byte model with a padded vocabulary)" if auto else ")"))
     need(self.cpu_threads >= 0, "cpu_threads", ">= 0 (0: chosen at start)")
     return self
 
@@ -257,10 +265,40 @@ def check_ssd_device(dispatch: str, device: torch.device):
 # %% ../../nbs/07a_config.ipynb #93c88a72
 def resolve_data_path(data_path: str, tokenizer: str = "gpt2") -> Path:
     "'builtin' is the shipped Shakespeare corpus (in `tokenizer`'s ids, made on first use); anything else must exist."
-    if data_path == "builtin": return builtin_corpus(tokenizer=tokenizer)
+    if data_path == "builtin":
+        try: return builtin_corpus(tokenizer=tokenizer)
+        except ValueError as e: raise ConfigError(f"data_path: builtin: {e}") from None     # the shipped corpus is damaged
     p = Path(data_path).expanduser()
     if not p.exists(): raise ConfigError(f"data_path: {p} does not exist (a folder of train_*.bin/val_*.bin shards, a shard, or 'builtin')")
     return p.resolve()
+
+# %% ../../nbs/07a_config.ipynb #122045fc
+def open_run_data(cfg: TrainingConfig, rank: int = 0, world_size: int = 1, echo=print, check_tokens: bool = True):
+    """(data folder, train split, val split or None, this rank's train sampler) of `cfg`, whose `tokenizer` is resolved.
+    A problem is one `ConfigError` naming the field (a damaged shard: chapter 06b's `ShardError`, naming the file); a
+    validation that is not the one asked for is one line through `echo`. `check_tokens=False`: no scan of every id (a dry run)."""
+    m, W = cfg.model, f"{cfg.batch_size} x {world_size} rank(s)"
+    path = resolve_data_path(cfg.data_path, cfg.tokenizer)
+    try: check_data_tokenizer(path, cfg.tokenizer)              # chapter 06e: GPT-2 ids read as bytes, or the reverse
+    except ValueError as e: raise ConfigError(f"tokenizer: {e}") from None
+    def split(name):
+        try: return PretrainDataset(path, m.max_seq_len, m.vocab_size, split=name, check_tokens=check_tokens)
+        except ShardError: raise                                # a damaged shard: its own error, naming the file
+        except ValueError as e:
+            if name == "val": echo(f"no validation split ({e}); eval is skipped"); return None
+            raise ConfigError(f"{'model.max_seq_len' if 'max_seq_len' in str(e) else 'data_path'}: {e}") from None
+    train, val = split("train"), split("val")                   # a damaged val shard is an error too, not "no validation"
+    try: sampler = train.sampler(cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world_size)
+    except ValueError: raise ConfigError(f"batch_size: the train split of {path} has {len(train):,} windows of {m.max_seq_len + 1:,} "
+                                         f"tokens, fewer than one global batch of {W}; lower batch_size or give it more data") from None
+    if val is not None and len(val) < cfg.batch_size * world_size:      # evaluate reads whole global batches
+        if cfg.eval_every: echo(f"no validation: the val split has {len(val):,} windows, fewer than one global batch of {W}; "
+                                "eval is skipped (lower batch_size, or give the val split more data)")
+        val = None
+    if val is not None and train.held_out_tail:
+        echo(f"validation: the last {val.n_tokens:,} tokens of the train stream ({val.n_tokens / (val.n_tokens + train.n_tokens):.0%}), "
+             f"held out and never trained on: {path} has no val_*.bin shards")
+    return path, train, val, sampler
 
 # %% ../../nbs/07a_config.ipynb #06306858
 def check_cuda_graphs(mode: str, world_size: int):

@@ -10,6 +10,7 @@ __all__ = ['EXPORT_META', 'CHECKSUMS', 'save_pretrained', 'read_export_config', 
 import json, re, shutil
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 
 from ..model import ModelConfig, Mamba3Transformer
@@ -89,8 +90,17 @@ def verify_export(d: Path) -> bool:
         if not (p := d / name).is_file(): raise ValueError(f"{p}: missing (listed in {CHECKSUMS})")
         if (got := sha256_file(p)) != want:
             raise ValueError(f"{p}: sha256 {got[:16]}... does not match {CHECKSUMS} ({want[:16]}...): changed or damaged since "
-                             f"save_pretrained wrote it (edited on purpose? record it: sha256sum config.json model.safetensors > {CHECKSUMS})")
+                             f"save_pretrained wrote it (edited on purpose? record it: sha256sum {' '.join(sums)} > {CHECKSUMS})")
     return True
+
+def _shape_mismatch(cfg: ModelConfig, w: Path) -> str | None:
+    "The first weight whose shape in `w`'s header is not the one `cfg` builds (a model on the meta device: no memory), or None; a header that does not parse is left to `load_model`."
+    from safetensors import safe_open
+    with torch.device("meta"): want = {k: list(v.shape) for k, v in Mamba3Transformer(cfg).state_dict().items()}
+    try:
+        with safe_open(str(w), "pt") as f: got = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception: return None
+    return next((f"{k}: file {got[k]}, config {want[k]}" for k in got if k in want and got[k] != want[k]), None)
 
 def from_pretrained(directory, map_location="cpu", verify: bool = True) -> Mamba3Transformer:
     "The model `save_pretrained` wrote, its files checked against `SHA256SUMS` (unless `verify=False`); `ValueError` naming the file if the export is missing or damaged."
@@ -99,7 +109,8 @@ def from_pretrained(directory, map_location="cpu", verify: bool = True) -> Mamba
     cfg, w = read_export_config(d / "config.json"), d / "model.safetensors"
     if not w.is_file(): raise ValueError(f"{w}: missing")
     if verify: verify_export(d)
+    if bad := _shape_mismatch(cfg, w): raise ValueError(f"{w}: does not fit {d / 'config.json'} ({bad}): they are of different models")
     model = Mamba3Transformer(cfg).to(map_location)              # load_model copies into the params where they are
     try: load_model(model, str(w), device=str(map_location))
-    except Exception as e: raise ValueError(f"{w}: cannot be loaded ({_one_line(e)})") from None
+    except Exception as e: raise ValueError(f"{w}: cannot be loaded ({_one_line(e)[:300]})") from None
     return model

@@ -20,12 +20,10 @@ from ..model import Mamba3Transformer
 from ..runtime import write_atomic
 from ..ssd import effective_backend
 from ..data.tokenizer import decode_stream, get_tokenizer, write_tokenizer_record
-from ..data.shards import ShardError
-from ..data.corpus import check_data_tokenizer
-from ..data.loader import PretrainDataset, Prefetched, batches
-from .config import CUDA_GRAPH_MODES, TrainingConfig, ConfigError, check_cuda_graphs, check_ssd_device, resolve_data_path, set_cpu_threads
+from ..data.loader import Prefetched, batches
+from .config import CUDA_GRAPH_MODES, TrainingConfig, ConfigError, check_cuda_graphs, check_ssd_device, open_run_data, set_cpu_threads
 from .optim import build_optimizer, clip_grad_norm, keep_grads, lr_at, scheduler_state, HostCopy, nonfinite, queue_update, skips_on_device
-from .checkpoint import (RESUME_FREE_FIELDS, CheckpointManager, CheckpointError, NanGuard, ResumeError, claim_run_dir,
+from .checkpoint import (RESUME_FREE_FIELDS, CheckpointManager, CheckpointError, NanGuard, ResumeError, claim_run_dir, release_run_dir,
                                           first_nonfinite, optimizer_state_for, resume_changes, resume_refusal, rng_state, set_rng_state,
                                           seed_everything)
 from .distributed import DistEnv, init_distributed, agree_any, all_mean, all_gather_object
@@ -45,24 +43,16 @@ class Pretrainer:
         if self.is_cuda: torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if self.is_cuda else nullcontext
         seed_everything(cfg.seed)
-        # data: rank r reads its block of every global batch
+        # data: rank r reads its block of every global batch; each problem one line naming the field (07a)
         m = cfg.model
         self.cfg = cfg = dataclasses.replace(cfg, tokenizer=cfg.tokenizer_name)          # record what 'auto' meant
-        self.tokenizer_name, self.tokenizer = cfg.tokenizer, get_tokenizer(cfg.tokenizer)
-        self.data_path = resolve_data_path(cfg.data_path, cfg.tokenizer)
-        try: check_data_tokenizer(self.data_path, cfg.tokenizer)          # chapter 06e: GPT-2 ids read as bytes, or the reverse
-        except ValueError as e: raise ConfigError(f"tokenizer: {e}") from None
-        try: self.train_ds = PretrainDataset(self.data_path, m.max_seq_len, m.vocab_size, split="train")
-        except ShardError: raise                          # a damaged shard: its own error, naming the file
-        except ValueError as e: raise ConfigError(f"{'model.max_seq_len' if 'max_seq_len' in str(e) else 'data_path'}: {e}") from None
-        try: self.val_ds = PretrainDataset(self.data_path, m.max_seq_len, m.vocab_size, split="val")
-        except ShardError: raise                          # a damaged val shard is an error, not "no validation"
-        except ValueError as e: self.val_ds = None; self.echo(f"no validation split ({e}); eval is skipped")
-        self.sampler = self.train_ds.sampler(cfg.batch_size, seed=cfg.seed, rank=self.env.rank, world_size=self.env.world_size)
+        self.tokenizer_name, self.tokenizer = cfg.tokenizer, get_tokenizer(cfg.tokenizer)   # (validate checked it loads)
+        self.data_path, self.train_ds, self.val_ds, self.sampler = open_run_data(cfg, self.env.rank, self.env.world_size, self.echo)
         self._restart_batches()
-        # the run's folder: never another run's (chapter 07c), writable, or an error before any work; rank 0 decides
-        new, problem, other = all_gather_object(claim_run_dir(cfg.checkpoint_dir, cfg.resume) if main else None, self.env)[0]
-        if problem: raise ConfigError(f"checkpoint_dir: {problem}")
+        # the run's folder: never another run's, claimed for the run's life (chapter 07c), writable; rank 0 decides
+        new, problem, other, notes = all_gather_object(claim_run_dir(cfg.checkpoint_dir, cfg.resume) if main else None, self.env)[0]
+        if problem: raise ConfigError(problem)
+        for note in notes: self.echo(f"warning: {note}")
         if other:
             self.echo(f"{cfg.checkpoint_dir} holds another run ({', '.join(other[:3])}{', ...' * (len(other) > 3)}), left as it is; this "
                       f"run writes to {new}. Continue either one with --resume auto --checkpoint_dir <its folder>")
@@ -395,6 +385,7 @@ def export(self: Pretrainer) -> Path:
 
 @patch
 def close(self: Pretrainer):
-    "Close the logs and leave the process group (every rank calls it)."
+    "Close the logs, give up the run's folder, and leave the process group (every rank calls it)."
     self.logger.close()
+    if self.env.is_main: release_run_dir(self.cfg.checkpoint_dir)
     if self.env.distributed and dist.is_initialized(): dist.barrier(); dist.destroy_process_group()
