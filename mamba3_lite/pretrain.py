@@ -193,7 +193,7 @@ def _parser() -> argparse.ArgumentParser:
     names = ", ".join(get_type_hints(TrainingConfig))
     p = argparse.ArgumentParser(
         prog="python -m mamba3_lite.pretrain", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Pretrain the Mamba-3-style LM. With no arguments: --preset tiny on a CPU, a summary on CUDA.",
+        description="Pretrain a language model: the original Mamba-3-Lite (default) or the paper's Mamba-3 (--model.mixer mamba3). With no arguments: --preset tiny on a CPU, a summary on CUDA.",
         epilog=f"Any TrainingConfig field: --FIELD VALUE (dashes or underscores); one model field: --model.FIELD VALUE\n"
                f"(ModelConfig: {', '.join(MODEL_FIELDS)}).\n"
                f"Fields: {names}.\nExamples:\n  python -m mamba3_lite.pretrain --preset h200 --data_path /data/shards --dry-run\n"
