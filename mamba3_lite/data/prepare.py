@@ -203,6 +203,9 @@ def _check_inputs_outside(sources: list[dict], out_dir: Path):
 def _check_out_dir(out_dir: Path, overwrite: bool):
     "`out_dir` must be missing or empty, or (with `overwrite`) hold a previous output of prepare and nothing else."
     if out_dir.exists() and not out_dir.is_dir(): raise FileExistsError(f"{out_dir} exists and is not a folder")
+    if os.path.ismount(out_dir):      # a rename can't replace a mount point, and the staging folder would sit on another disk
+        raise FileExistsError(f"{out_dir} is a mount point, which prepare can't publish a finished folder onto (by a rename); "
+                              f"write into a folder inside it, e.g. {out_dir / 'shards'}")
     if blocker := next((a for a in out_dir.parents if a.exists() and not a.is_dir()), None):
         raise FileExistsError(f"{blocker} is a file, so {out_dir} can't be a folder")
     if not (out_dir.is_dir() and any(out_dir.iterdir())): return
@@ -311,7 +314,8 @@ def prepare(inputs, out_dir, val_fraction: float = 0.005, shard_tokens: int = 10
     workers = _check_options(val_fraction, shard_tokens, workers)
     inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     sources = resolve_inputs(inputs)
-    out_dir = Path(os.path.abspath(out_dir))           # absolute (`--out .` has no name to put a staging folder next to)
+    out_dir = Path(os.path.realpath(out_dir))          # absolute (`--out .` has no name to put a staging folder next to);
+                                                       # through links: a link to a folder means that folder
     _check_inputs_outside(sources, out_dir)
     _clean_stale(out_dir)
     if keep_existing and (out_dir / "meta.json").is_file(): return json.loads((out_dir / "meta.json").read_text())
