@@ -18,11 +18,13 @@ if HAS_TRITON:
 if HAS_TRITON:
     @triton.jit
     def ce_rows_kernel(logits_ptr, targets_ptr, loss_ptr, stride_row, V, Vp, ignore_index, BLOCK_V: tl.constexpr):
-        "One row per program: its loss, and p - e_target (0 for an ignored row, 0 in the padded columns) written over its logits."
+        """One row per program: its loss, and p - e_target (0 for an ignored row, 0 in the padded columns) written over
+        its logits. A target neither `ignore_index` nor in [0, V) is never read: its row gets loss -inf (the launcher's check)."""
         row = tl.program_id(0).to(tl.int64)
         base = logits_ptr + row * stride_row
         target = tl.load(targets_ptr + row)
-        valid = target != ignore_index
+        ignored = target == ignore_index
+        valid = (target != ignore_index) & (target >= 0) & (target < V)
         # pass 1: online log-sum-exp over the first V columns
         m = tl.full((), float("-inf"), tl.float32)
         s = tl.zeros((), tl.float32)
@@ -34,8 +36,8 @@ if HAS_TRITON:
             m = m_new
         lse = m + tl.log(s)
         nu = tl.where(valid, target, 0)
-        o_nu = tl.load(base + nu).to(tl.float32)
-        tl.store(loss_ptr + row, tl.where(valid, lse - o_nu, 0.0))
+        o_nu = tl.load(base + nu, mask=valid, other=0.0).to(tl.float32)
+        tl.store(loss_ptr + row, tl.where(valid, lse - o_nu, tl.where(ignored, 0.0, float("-inf"))))
         # pass 2: the gradient over the logits (every column of the row, the padded ones get 0)
         keep = tl.where(valid, 1.0, 0.0)
         for start in range(0, Vp, BLOCK_V):
@@ -55,8 +57,14 @@ def ce_chunk_inplace(logits, targets, vocab_size: int, ignore_index: int = -100,
     if logits.dtype not in CE_DTYPES: raise TypeError(f"ce_chunk_inplace: logits must be one of {CE_DTYPES}, got {logits.dtype}")
     if logits.dim() != 2 or logits.stride(1) != 1: raise ValueError("ce_chunk_inplace: logits must be (rows, Vp) with unit column stride")
     m, Vp = logits.shape
+    if targets.shape != (m,): raise ValueError(f"ce_chunk_inplace: targets must be ({m},), one per row, got {tuple(targets.shape)}")
     if not 0 < vocab_size <= Vp: raise ValueError(f"ce_chunk_inplace: vocab_size must lie in [1, {Vp}], got {vocab_size}")
     losses = torch.empty(m, dtype=torch.float32, device=logits.device)             # (m,)
     ce_rows_kernel[(m,)](logits, targets.contiguous(), losses, logits.stride(0), vocab_size, Vp, ignore_index,
                          BLOCK_V=block_v, num_warps=num_warps)
-    return losses.sum(), logits
+    total = losses.sum()
+    # a target out of range made its row's loss -inf (a valid row's is >= 0): refused, as ce_chunk refuses it, without
+    # a host sync (on the GPU it surfaces as a device-side assert at the next synchronisation)
+    torch._assert_async(total != float("-inf"), f"ce_chunk_inplace: every target must be ignore_index ({ignore_index}) "
+                        f"or lie in [0, vocab_size) = [0, {vocab_size})")
+    return total, logits

@@ -213,8 +213,9 @@ class _PerChunkSSD(torch.autograd.Function):
 def per_chunk_ssd_triton(Bc, Cc, Xc, A_log, decay_states, backward_config=None):
     """Per-chunk SSD with exactly `per_chunk_ssd_pytorch`'s contract, as Triton kernels (forward and backward).
     Bc, Cc (B,c,Q,H,N) complex; Xc (B,c,Q,H,P) real or complex; A_log (the chunk-local cumulative log-decay,
-    chapter 02's Lam) and decay_states (B,c,Q,H) complex (complex128 is computed in fp32 planes for complex64 B/C:
-    A_log is chunk-local, so fp32 holds its differences).
+    chapter 02's Lam) and decay_states (B,c,Q,H) complex (complex128 is taken as fp32 planes for complex64 B/C, so
+    the decays inside a chunk carry fp32's rounding of A_log: ~1e-7 of Y_diag's scale for moderate decays, ~1e-3 after
+    a run of reset-like steps in the chunk, measured in chapter 05e).
     Returns Y_diag (B,c,Q,H,P) and chunk-end states (B,c,H,P,N), complex. `backward_config`: the backward kernel's
     choices (default: `per_chunk_backward_config` of the device)."""
     Bsz, nc, Q, H, N = Bc.shape

@@ -54,7 +54,11 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
 
 def strides3(t: torch.Tensor):
-    "(batch, time, head) strides of a (B, T, H, F) tensor whose last dim is contiguous."
+    """(batch, time, head) strides of a (B, T, H, F) tensor whose last dim is contiguous. A kernel indexes that dim
+    as `offset + f`, so any other last stride is refused (ValueError), never read as if it were 1."""
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"strides3: a kernel operand of shape {tuple(t.shape)} has last stride {t.stride(-1)}; the "
+                         "kernels need a unit last stride (pass .contiguous() or a slice of a tensor whose last dim is)")
     return t.stride(0), t.stride(1), t.stride(2)
 
 # %% ../../../nbs/05a_triton_phases.ipynb #53c42c04

@@ -265,6 +265,9 @@ def ssd_packed_kernels_forward(proj: torch.Tensor, A_re: torch.Tensor, A_im: tor
                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`ssd_kernels_forward` on the projection's slices, read in place. Returns y, S_fin, theta_end and what the
     backward reads besides the projection: q, k, alpha, cos, sin, the chunk states."""
+    if proj.stride(-1) != 1:      # x.to below is a view: the kernels would read its features at the wrong addresses
+        raise ValueError(f"ssd_real_packed_triton: proj must have a unit last stride, got strides {tuple(proj.stride())} "
+                         "(pass proj.contiguous())")
     x, B_re, B_im, C_re, C_im, dt = packed_parts(proj, H, D, N)
     # x.to: a view when the projection is in the operand dtype
     y, *rest = _forward_kernels(x.to(operand_dtype(proj.dtype)), B_re, B_im, C_re, C_im, dt, A_re, A_im, S0, Q)
