@@ -8,7 +8,7 @@ __all__ = ['ASSUMED_GPU_MFU', 'CPU_EFFICIENCY', 'ACT_FACTOR', 'CE_CHUNK_ROWS', '
            'val_bits_per_byte', 'main']
 
 # %% ../nbs/08_pretrain.ipynb #2f5a431c
-import argparse, builtins, inspect, io, json, sys, textwrap, time, traceback
+import argparse, builtins, inspect, io, json, os, sys, textwrap, time, traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import get_type_hints
@@ -271,6 +271,7 @@ def _train(cfg: TrainingConfig, stage: dict) -> int:
     "Run `cfg` to the end; rank 0 prints the summary and a sample. `stage['training']` turns True once the run is built."
     t0 = time.perf_counter()
     trainer = stage["trainer"] = Pretrainer(cfg)
+    stopped = False
     try:
         stage["training"] = True
         out = trainer.train()
@@ -278,7 +279,8 @@ def _train(cfg: TrainingConfig, stage: dict) -> int:
         if trainer.env.is_main: print(_summary(trainer, out, time.perf_counter() - t0))
         elif n and trainer.env.distributed and trainer.cfg.parallel == "fsdp":
             trainer.sample("\n", max_new_tokens=n)     # FSDP2: sample() gathers the full weights, a collective every rank joins; the others then return ""
-    finally: trainer.close()
+    except KeyboardInterrupt: stopped = True; raise
+    finally: trainer.close(barrier=not stopped)     # after Ctrl-C the ranks stopped at different points: no barrier to hang in
     return 0
 
 def _check_data(cfg: TrainingConfig, world_size: int):
@@ -324,7 +326,7 @@ def main(argv=None) -> int:
     old = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None
     try: return _run(args, rest, argv, stage)
     except KeyboardInterrupt:
-        if stage["trainer"] is None or stage["trainer"].env.is_main: print(_interrupted(stage), file=sys.stderr)
+        if (stage["trainer"].env.is_main if stage["trainer"] else os.environ.get("RANK", "0") == "0"): print(_interrupted(stage), file=sys.stderr)
         return 130
     except Exception as e:
         err = user_error(e)

@@ -270,11 +270,15 @@ def test_kill_9_during_checkpoint_write_then_resume(tmp_path, corpus):
 def test_ctrl_c_or_sigterm_says_where_the_newest_checkpoint_is(tmp_path, corpus, sig):
     "H6: one line with the step and the newest checkpoint, exit 130, no traceback; the run then resumes from it."
     cfgf = write_config(tmp_path / "run.yaml", corpus, tmp_path / "ck", max_steps=100000)
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)   # a shell's `cmd &` starts pytest ignoring SIGINT
     p = subprocess.Popen([sys.executable, "-m", "mamba3_lite.pretrain", "--config", str(cfgf)], env=ENV, cwd=REPO,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _wait_for(tmp_path / "ck" / "step_00000010" / "COMPLETE", p)
-    p.send_signal(sig)
-    err = p.communicate(timeout=60)[1]
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    try:
+        _wait_for(tmp_path / "ck" / "step_00000010" / "COMPLETE", p)
+        p.send_signal(sig)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        if p.poll() is None: p.kill(); p.wait()                        # never leave a 100,000-step run behind
     last = [line for line in err.splitlines() if line.strip()][-1]
     newest = max((tmp_path / "ck").glob("step_*"))
     assert p.returncode == 130 and "Traceback" not in err, err[-2000:]

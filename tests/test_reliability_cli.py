@@ -179,7 +179,7 @@ class FakeTrainer:
     def __init__(self, cfg):
         if FakeTrainer.at_init is not None: raise FakeTrainer.at_init
     def train(self): raise FakeTrainer.at_train
-    def close(self): pass
+    def close(self, barrier=True): pass
 
 
 def _enospc():

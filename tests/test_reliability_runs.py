@@ -208,6 +208,7 @@ def test_resume_refuses_a_changed_field(tmp_path, stopped_run, change, line):
     before = snapshot(tmp_path / "ck")
     with pytest.raises(ResumeError, match="refusing to resume") as e: Pretrainer(cfg)
     assert f"\n  {line}\n" in str(e.value) + "\n", str(e.value)
+    with open(tmp_path / "ck" / ".run-lock") as fh: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)   # the refused start let the folder go
     assert "--allow-config-change" in str(e.value)
     assert snapshot(tmp_path / "ck") == before
 

@@ -340,7 +340,7 @@ def claim_run_dir(directory, resume: str | None = None) -> tuple[Path, str | Non
             if found := run_artifacts(new): moved = moved or found; continue
             problem, holder, notes = _take(new)
             if holder: moved = moved or [f"in use by {holder}"]; continue                 # a run that has just started there
-            if not problem and run_artifacts(new): release_run_dir(new); continue         # one wrote there since the look
+            if not problem and (found := run_artifacts(new)): release_run_dir(new); moved = moved or found; continue   # written since the look
             return new, problem, moved, notes
     problem, holder, notes = _take(d)
     if holder: return d, _busy(d, holder), [], notes

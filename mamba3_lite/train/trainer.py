@@ -56,7 +56,15 @@ class Pretrainer:
         if other:
             self.echo(f"{cfg.checkpoint_dir} holds another run ({', '.join(other[:3])}{', ...' * (len(other) > 3)}), left as it is; this "
                       f"run writes to {new}. Continue either one with --resume auto --checkpoint_dir <its folder>")
-            self.cfg = cfg = dataclasses.replace(cfg, checkpoint_dir=str(new))
+        if str(new) != str(cfg.checkpoint_dir): self.cfg = cfg = dataclasses.replace(cfg, checkpoint_dir=str(new))
+        self._held = Path(new).resolve() if main else None        # the folder's lock, given back by close()
+        try: self._build(cfg, m, main)
+        except BaseException:                                       # a refused resume, a full disk...: the folder is free again
+            if self._held: release_run_dir(self._held)
+            raise
+
+    def _build(self, cfg: TrainingConfig, m, main: bool):
+        "The model, optimizer, checkpoints (a resume) and logs of a run whose data and folder are settled."
         # model: one fp32 dtype throughout (A is two real parameters), so FSDP2 shards every block whole
         self.ssd_backend = effective_backend(m.ssd_dispatch)
         self.model = Mamba3Transformer(m).to(self.device)
@@ -384,8 +392,9 @@ def export(self: Pretrainer) -> Path:
     return out
 
 @patch
-def close(self: Pretrainer):
-    "Close the logs, give up the run's folder, and leave the process group (every rank calls it)."
+def close(self: Pretrainer, barrier: bool = True):
+    "Close the logs, give up the run's folder, and leave the process group (every rank calls it; `barrier=False` after Ctrl-C, where ranks stopped at different points)."
     self.logger.close()
-    if self.env.is_main: release_run_dir(self.cfg.checkpoint_dir)
-    if self.env.distributed and dist.is_initialized(): dist.barrier(); dist.destroy_process_group()
+    if self._held: release_run_dir(self._held)
+    if barrier and self.env.distributed and dist.is_initialized(): dist.barrier()
+    if self.env.distributed and dist.is_initialized(): dist.destroy_process_group()
