@@ -23,15 +23,19 @@ def segsum(a: torch.Tensor, fill: float = -math.inf) -> torch.Tensor:
 # %% ../../nbs/02_chunkwise.ipynb #0d3cdf12
 def _exp_masked_diff(Lam: torch.Tensor, dtype=None) -> torch.Tensor:
     """exp(Lam[i] - Lam[j]) for i >= j and exactly 0 above the diagonal; Lam (..., Q) real or complex (a chunk-local
-    cumulative log-decay). The differences are taken in Lam's dtype and only then cast to `dtype` (real Lam only)."""
+    cumulative log-decay). Real Lam wider than `dtype` (float64 for float32): split into hi + lo, both in `dtype`, and
+    each difference taken as (hi_i - hi_j) + (lo_i - lo_j): the float64 difference's accuracy at `dtype`'s cost."""
     Q = Lam.shape[-1]
     causal = torch.tril(torch.ones(Q, Q, dtype=torch.bool, device=Lam.device))
-    diff = Lam[..., :, None] - Lam[..., None, :]                          # (..., Q, Q)
-    if not diff.is_complex():
-        diff = diff if dtype is None else diff.to(dtype)                  # cast *after* the cancellation, not before
-        return diff.masked_fill(~causal, -math.inf).exp()
-    # complex: mask the real part to -inf and the phase to 0 before exp, so no inf*0 can appear
-    return torch.polar(diff.real.masked_fill(~causal, -math.inf).exp(), diff.imag.masked_fill(~causal, 0.0))
+    if Lam.is_complex():     # mask the real part to -inf and the phase to 0 before exp, so no inf*0 can appear
+        diff = Lam[..., :, None] - Lam[..., None, :]                      # (..., Q, Q)
+        return torch.polar(diff.real.masked_fill(~causal, -math.inf).exp(), diff.imag.masked_fill(~causal, 0.0))
+    if dtype is None or dtype == Lam.dtype:
+        diff = Lam[..., :, None] - Lam[..., None, :]                      # (..., Q, Q)
+    else:                    # hi holds Lam to |Lam| * 2^-24, lo the rest: only the (..., Q) vectors are ever wide
+        hi = Lam.to(dtype); lo = (Lam - hi.to(Lam.dtype)).to(dtype)
+        diff = (hi[..., :, None] - hi[..., None, :]) + (lo[..., :, None] - lo[..., None, :])   # (..., Q, Q) in dtype
+    return diff.masked_fill(~causal, -math.inf).exp()
 
 # %% ../../nbs/02_chunkwise.ipynb #f357625f
 def _exp_segsum(a: torch.Tensor) -> torch.Tensor:
@@ -132,8 +136,8 @@ def complex_state_from_real(S: torch.Tensor, theta: torch.Tensor) -> torch.Tenso
 # %% ../../nbs/02_chunkwise.ipynb #ebf44a34
 def real_ssd_chunked(q, k, xc, alpha, S0=None):
     """Mamba-2 style chunked SSD with a scalar decay per head, all real: q, k (B,c,Q,H,2N); xc (B,c,Q,H,D);
-    alpha (B,c,Q,H) chunk-local cumulative log-decay, in q's dtype or fp64 (then every difference of two alphas is taken
-    in fp64 and cast to q's dtype afterwards); S0 (B,H,2N,D) or None. Returns y (B,c,Q,H,D) and the final state (B,H,2N,D)."""
+    alpha (B,c,Q,H) chunk-local cumulative log-decay, in q's dtype or fp64 (then the differences of two alphas are
+    taken as float32 hi + lo pairs, as exact as fp64's); S0 (B,H,2N,D) or None. Returns y (B,c,Q,H,D) and the final state (B,H,2N,D)."""
     Bsz, nc, Q, H, N2 = q.shape
     D = xc.shape[-1]
     L = _exp_masked_diff(alpha.permute(0, 1, 3, 2), q.dtype)                     # (B, c, H, Q, Q)
@@ -161,7 +165,7 @@ def ssd_real_chunkwise(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_size=64,
     pad = (-T) % Q
     nc = (T + pad) // Q
     with torch.autocast(device_type=x.device.type, enabled=False):
-        # alpha in fp64: after a few large steps |alpha| is large, and alpha_i - alpha_j in fp32 would lose |alpha| * 2^-24
+        # alpha summed in fp64: after a few large steps |alpha| is large, and alpha_i - alpha_j of fp32 alphas loses |alpha| * 2^-24
         alpha, theta, theta_end = chunk_log_decays_and_phases(dt, A_re, A_im, Q, alpha_dtype=torch.float64)   # (B, c, Q, H)
         chunked = [_pad_time(t.float(), pad).reshape(Bsz, nc, Q, H, -1) for t in (B_re, B_im, C_re, C_im, x)]
         q, k = rotate_bc(*chunked[:4], theta)                                        # (B, c, Q, H, 2N)
