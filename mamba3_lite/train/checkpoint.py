@@ -274,7 +274,7 @@ def lock_run_dir(directory) -> str | None:
     "Hold `directory/.run-lock` under an exclusive `flock` until `release_run_dir` or this process ends (even by `kill -9`): None once held (or held here already), else who holds it; `OSError` if the file system can't lock."
     d = Path(directory); key = str(d.resolve())
     if key in _HELD: return None
-    fh = open(d / RUN_LOCK, "a+")
+    fh = open(d / RUN_LOCK, "a+", encoding="utf-8", errors="replace")     # whatever bytes are in it: the holder is shown, never a decode error
     try: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError: fh.seek(0); holder = fh.read().strip(); fh.close(); return holder or "another process"
     except OSError: fh.close(); raise
