@@ -133,7 +133,7 @@ def gemm_share(step_ms: float, params: int) -> float:
     return round(PROFILE_GEMM_MS * params / MEASURED_PARAMS / step_ms, 2)
 
 LITE_PYTORCH_ON_H200 = Measurement(105_993, "h200", "the Lite model, micro-batch 16 x 2048, compiled, PyTorch SSD, timed before "
-                                   "its log-decay differences moved to fp64 (chapter 02)",
+                                   "chapter 02's exact decays (their present form not re-timed)",
                                    "benchmarks/results/speed_h200_loop_decode.json", gemm_fraction=gemm_share(309.2, MEASURED_PARAMS))
 MAMBA3_TRITON_ON_H200 = Measurement(118_245, "h200", "the paper's Mamba-3 (SISO), micro-batch 16 x 2048, compiled, Triton scan",
                                     "benchmarks/results/mamba3_model_triton_h200_one_kernel.json", 325_567_360,
