@@ -7,7 +7,9 @@ The h200-preset model (d 1024, B=16, T=2048, bf16 autocast, fused CE, compiled) 
 - `fp64`: the path of 2026-12-05 00:44 (fp64 steps and sum, alpha carried in fp64 into every use, the (Q,Q)
   differences taken in fp64 and cast);
 - `package`: the package now (fp32 steps summed in fp64, split at once into a float32 hi + lo pair: nothing after
-  the sum is fp64).
+  the sum is fp64 in the source, though Inductor may fuse the split into the consumers);
+- `segsum`: fp32 only, every decay the sum of exactly the steps it spans (`_exp_segsum` for the (Q,Q) block, an
+  exclusive reverse cumsum for the chunk-end decays): no difference of two large sums anywhere.
 
 Each prints ms per step (median of 10 after 3 warm-up steps) and its 12 costliest GPU kernels over 2 profiled steps.
 
@@ -18,7 +20,7 @@ import argparse, json, math, subprocess, sys, time
 import torch
 import torch.nn.functional as F
 
-FORMS = ("fp32", "fp64", "package")
+FORMS = ("fp32", "package", "segsum", "fp64")
 
 
 def install(form: str):
@@ -28,6 +30,31 @@ def install(form: str):
     if form == "fp32":
         orig = c.chunk_log_decays_and_phases
         c.chunk_log_decays_and_phases = lambda dt, A_re, A_im, Q, alpha_dtype=None: orig(dt, A_re, A_im, Q)
+        return
+    if form == "segsum":                 # fp32 only: every decay a sum of the steps it spans (no difference of sums)
+        orig, side = c.chunk_log_decays_and_phases, {}
+        def decays(dt, A_re, A_im, Q, alpha_dtype=None):
+            Bsz, T, H = dt.shape
+            pad = (-T) % Q; nc = (T + pad) // Q
+            side["a"] = c._pad_time(F.softplus(dt.float()) * A_re.float(), pad).reshape(Bsz, nc, Q, H)
+            return orig(dt, A_re, A_im, Q)
+        def core(q, k, xc, alpha, S0=None):
+            a = side.pop("a")                                                       # (B, c, Q, H) fp32 steps
+            Bsz, nc, Q, H, N2 = q.shape
+            D = xc.shape[-1]
+            L = c._exp_segsum(a.permute(0, 1, 3, 2))                                # (B, c, H, Q, Q)
+            scores = torch.einsum("bcihm,bcjhm->bchij", q, k) * L
+            y = torch.einsum("bchij,bcjhd->bcihd", scores, xc)
+            to_end = F.pad(a[:, :, 1:].flip(2).cumsum(2).flip(2), (0, 0, 0, 1))    # sum over m > j, (B, c, Q, H)
+            states = torch.einsum("bcjhm,bcjhd->bchmd", k * to_end.exp()[..., None], xc)
+            if S0 is None: S0 = torch.zeros(Bsz, H, N2, D, dtype=states.dtype, device=states.device)
+            states = torch.cat([S0[:, None].to(states.dtype), states], dim=1)
+            decay_chunk = c._exp_segsum(F.pad(alpha[:, :, -1], (0, 0, 1, 0)).transpose(1, 2))
+            states = torch.einsum("bhzc,bchmd->bzhmd", decay_chunk, states)
+            y = y + torch.einsum("bcihm,bchmd->bcihd", q * alpha.exp()[..., None], states[:, :-1])
+            return y, states[:, -1]
+        c.chunk_log_decays_and_phases = decays
+        c.ssd_real_chunkwise.__defaults__ = c.ssd_real_chunkwise.__defaults__[:-1] + (core,)
         return
     # fp64: as on 2026-12-05 before the pair: fp64 steps and sum, alpha carried in fp64 into every use
     orig = c.chunk_log_decays_and_phases

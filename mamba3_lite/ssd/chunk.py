@@ -21,10 +21,22 @@ def segsum(a: torch.Tensor, fill: float = -math.inf) -> torch.Tensor:
     return torch.cumsum(a_rep, dim=-2).masked_fill(~causal, fill)         # (..., Q, Q)
 
 # %% ../../nbs/02_chunkwise.ipynb #0d3cdf12
-def split_wide(x: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    "A wide real tensor (float64) as a pair in `dtype`: hi = x rounded, lo = what rounding dropped, so hi + lo = x to ~2^-48 of |x|."
+@torch.library.custom_op("mamba3_lite::split_wide", mutates_args=())
+def _split_wide(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     hi = x.to(dtype)
     return hi, (x - hi.to(x.dtype)).to(dtype)
+
+@_split_wide.register_fake
+def _(x, dtype): return x.new_empty(x.shape, dtype=dtype), x.new_empty(x.shape, dtype=dtype)
+
+# hi carries the value and lo the rounding, whose own derivative is 0: the gradient is hi's
+_split_wide.register_autograd(lambda ctx, g_hi, g_lo: (g_hi.to(ctx.wide), None),
+                              setup_context=lambda ctx, inputs, output: setattr(ctx, "wide", inputs[0].dtype))
+
+def split_wide(x: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A wide real tensor (float64) as a pair in `dtype`: hi = x rounded, lo = what rounding dropped, so hi + lo = x to
+    ~2^-48 of |x|. An opaque op: a compiler can't fuse the wide x into the kernels that read the pair."""
+    return _split_wide(x, dtype)
 
 def _exp_masked_diff(Lam: torch.Tensor, lo: torch.Tensor | None = None) -> torch.Tensor:
     """exp(Lam[i] - Lam[j]) for i >= j and exactly 0 above the diagonal; Lam (..., Q) real or complex (a chunk-local
