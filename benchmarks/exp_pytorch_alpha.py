@@ -118,12 +118,13 @@ def one(form: str, layers: int) -> dict:
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, default=4); p.add_argument("--out"); p.add_argument("--one")
+    p.add_argument("--forms", default=",".join(FORMS), help=f"comma-separated, of {FORMS}")
     a = p.parse_args()
     if a.one: print("RESULT " + json.dumps(one(a.one, a.layers))); return
     if not torch.cuda.is_available(): sys.exit("exp_pytorch_alpha: needs a CUDA GPU")
     from common import emit
     res = []
-    for form in FORMS:
+    for form in a.forms.split(","):
         r = subprocess.run([sys.executable, __file__, "--one", form, "--layers", str(a.layers)], capture_output=True, text=True)
         line = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
         res.append(json.loads(line[0][7:]) if line else {"form": form, "error": (r.stderr or r.stdout)[-1500:]})
