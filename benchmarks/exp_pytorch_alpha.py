@@ -1,13 +1,13 @@
 """Experiment: why the compiled PyTorch SSD path halved its speed when its cumulative log-decay moved to float64.
 
 The h200-preset model (d 1024, B=16, T=2048, bf16 autocast, fused CE, compiled) cut to `--layers` layers (compiling
-28 takes minutes), PyTorch SSD path, three forms of the decays, each in its own process:
+28 takes minutes), PyTorch SSD path, four forms of the decays, each in its own process (`--forms` picks):
 
 - `fp32`: the path before 2026-12-05 (alpha summed in float32; 2.2e-4 error after reset-like steps, chapter 02);
 - `fp64`: the path of 2026-12-05 00:44 (fp64 steps and sum, alpha carried in fp64 into every use, the (Q,Q)
   differences taken in fp64 and cast);
-- `package`: the package now (fp32 steps summed in fp64, split at once into a float32 hi + lo pair: nothing after
-  the sum is fp64 in the source, though Inductor may fuse the split into the consumers);
+- `package`: the package now (fp32 steps summed in fp64, split at once into a float32 hi + lo pair by an opaque
+  custom op, so that no kernel after the sum reads fp64);
 - `segsum`: fp32 only, every decay the sum of exactly the steps it spans (`_exp_segsum` for the (Q,Q) block, an
   exclusive reverse cumsum for the chunk-end decays): no difference of two large sums anywhere.
 
