@@ -186,8 +186,8 @@ def profile(smoke):
     with prof(activities=[ProfilerActivity.CUDA]) as p:
         for _ in range(3): step()
         torch.cuda.synchronize()
-    rows = [(e.key, e.device_time_total / 3 / 1000, e.count // 3) for e in p.key_averages() if e.device_time_total > 0]
-    rows.sort(key=lambda r: -r[1])
+    from common import kernel_rows
+    rows = kernel_rows(p, 3)
     total = sum(r[1] for r in rows)
     cat = {}
     for k, ms, _ in rows:

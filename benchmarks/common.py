@@ -101,6 +101,12 @@ def graph_ms(fn, calls: int = 20, replays: int = 10) -> float:
     return s.elapsed_time(e) / (calls * replays)
 
 
+def kernel_rows(prof, steps: int) -> list[tuple[str, float, int]]:
+    "(kernel, GPU ms per step, calls per step) of a `torch.profiler` run over `steps` steps, costliest first."
+    rows = [(e.key, e.device_time_total / steps / 1000, e.count // steps) for e in prof.key_averages() if e.device_time_total > 0]
+    return sorted(rows, key=lambda r: -r[1])
+
+
 def rel_diff(a, b) -> float:
     "max |a - b| / max |b|, in fp32."
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()

@@ -19,8 +19,9 @@ import triton.language as tl
 
 @triton.jit
 def ce_rows_persistent(logits_ptr, targets_ptr, loss_ptr, stride_row, M, V, Vp, ignore_index,
-                       BLOCK_V: tl.constexpr, HINTS: tl.constexpr):
-    "The package's ce_rows_kernel body, with a grid of programs each walking rows pid, pid + grid, ..."
+                       BLOCK_V: tl.constexpr, FIRST: tl.constexpr, SECOND: tl.constexpr):
+    """The package's ce_rows_kernel body, with a grid of programs each walking rows pid, pid + grid, ...; FIRST and SECOND:
+    the two reads' `eviction_policy` ("" is Triton's default)."""
     for row in range(tl.program_id(0).to(tl.int64), M, tl.num_programs(0)):
         base = logits_ptr + row * stride_row
         target = tl.load(targets_ptr + row)
@@ -30,10 +31,7 @@ def ce_rows_persistent(logits_ptr, targets_ptr, loss_ptr, stride_row, M, V, Vp, 
         s = tl.zeros((), tl.float32)
         for start in range(0, V, BLOCK_V):
             cols = start + tl.arange(0, BLOCK_V)
-            if HINTS:
-                x = tl.load(base + cols, mask=cols < V, other=float("-inf"), eviction_policy="evict_last").to(tl.float32)
-            else:
-                x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+            x = tl.load(base + cols, mask=cols < V, other=float("-inf"), eviction_policy=FIRST).to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, 0))
             s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
             m = m_new
@@ -44,10 +42,7 @@ def ce_rows_persistent(logits_ptr, targets_ptr, loss_ptr, stride_row, M, V, Vp, 
         keep = tl.where(valid, 1.0, 0.0)
         for start in range(0, Vp, BLOCK_V):
             cols = start + tl.arange(0, BLOCK_V)
-            if HINTS:
-                x = tl.load(base + cols, mask=cols < V, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
-            else:
-                x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+            x = tl.load(base + cols, mask=cols < V, other=float("-inf"), eviction_policy=SECOND).to(tl.float32)
             p = tl.exp(x - lse)
             grad = tl.where(cols == nu, p - 1.0, p) * keep
             tl.store(base + cols, grad.to(logits_ptr.dtype.element_ty), mask=cols < Vp)
@@ -75,7 +70,8 @@ def main():
     for k, bv, w, hints in itertools.product((1, 2, 3, 4, 6), (4096, 8192), (8, 16), (False, True)):
         def run():
             buf.copy_(logits)
-            ce_rows_persistent[(k * n_sm,)](buf, t, losses, buf.stride(0), m, V, Vp, -100, BLOCK_V=bv, HINTS=hints, num_warps=w)
+            ce_rows_persistent[(k * n_sm,)](buf, t, losses, buf.stride(0), m, V, Vp, -100, BLOCK_V=bv,
+                                     FIRST="evict_last" if hints else "", SECOND="evict_first" if hints else "", num_warps=w)
             return losses.sum(), buf
         name = f"persistent {k}/SM block_v={bv} warps={w}" + (" hints" if hints else "")
         try:

@@ -108,8 +108,8 @@ def one(form: str, layers: int) -> dict:
     with profile(activities=[ProfilerActivity.CUDA]) as p:
         for _ in range(2): step()
         torch.cuda.synchronize()
-    rows = sorted(((e.key, e.device_time_total / 2 / 1000, e.count // 2) for e in p.key_averages() if e.device_time_total > 0),
-                  key=lambda r: -r[1])
+    from common import kernel_rows
+    rows = kernel_rows(p, 2)
     return {"form": form, "layers": layers, "warmup_s": round(warm, 1), "step_ms": round(1000 * sorted(times)[5], 2),
             "gpu_ms_per_step": round(sum(r[1] for r in rows), 2), "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2),
             "top_kernels": [{"kernel": k[:110], "ms": round(ms, 3), "calls": n} for k, ms, n in rows[:12]]}
