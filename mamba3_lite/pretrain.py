@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['ASSUMED_GPU_MFU', 'CPU_EFFICIENCY', 'ACT_FACTOR', 'CKPT_ACT_FACTOR', 'CE_CHUNK_ROWS', 'USER_ERRORS', 'RUN_ERRORS',
            'parse_overrides', 'load_config_file', 'build_config', 'model_shape', 'count_params', 'estimate_memory',
-           'dry_run', 'user_error', 'val_bits_per_byte', 'main']
+           'gpu_memory', 'memory_warning', 'dry_run', 'user_error', 'val_bits_per_byte', 'main']
 
 # %% ../nbs/08_pretrain.ipynb #2f5a431c
 import argparse, builtins, inspect, io, json, os, sys, textwrap, time, traceback
@@ -149,6 +149,20 @@ def _cpu_flops() -> float:
     while time.perf_counter() - t < 0.2: a @ a; n += 1
     return 2 * 1024**3 * n / (time.perf_counter() - t)
 
+# %% ../nbs/08_pretrain.ipynb #fc2a66bb
+def gpu_memory(device: torch.device, gpu: str | None, key: str | None) -> tuple[float | None, str | None]:
+    "(bytes, name) of the GPU a plan is for: the card in this machine unless `gpu` names one, else the datasheet's of `key`."
+    if device.type == "cuda" and not gpu and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device).total_memory, torch.cuda.get_device_name(device)
+    return (GPU_SPECS[key].memory_bytes, GPU_SPECS[key].name) if key else (None, None)
+
+def memory_warning(total: float, capacity: float | None, gpu_name: str | None) -> str | None:
+    "A line when an estimated `total` bytes per GPU comes within 5% of the GPU's `capacity` or over it; None when there is room."
+    if capacity is None or total < 0.95 * capacity: return None
+    return (f"memory: the estimate, {total / 1e9:.1f} GB, {'exceeds' if total > capacity else 'is within 5% of'} the {gpu_name}'s "
+            f"{capacity / 1e9:.0f} GB, so the run may not fit: a smaller --batch_size with more --gradient_accumulation_steps "
+            "keeps the tokens per step (the a100 preset: 8 x 4), or --model.grad_checkpoint true recomputes each block")
+
 # %% ../nbs/08_pretrain.ipynb #65ce4ce3
 def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.device | None = None, file=None, gpu: str | None = None) -> dict:
     "Print (and return) what a run of `cfg` costs; builds nothing big, reads only the corpus size. On `gpu` (a100|h100|h200), the detected GPU, or — without CUDA, for a model over 50M parameters — an H200, the time is projected from our H200 measurement of the same model and SSD path (chapter 07h), or not at all where there is none."
@@ -184,6 +198,7 @@ def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.de
     key = gpu_key(gpu) if gpu else (gpu_key(torch.cuda.get_device_name(device)) if device.type == "cuda" and torch.cuda.is_available()
                                      else "h200" if device.type == "cuda" else None)
     if gpu and key is None: raise ConfigError(f"--gpu: no datasheet figures for {gpu!r}; known: {', '.join(GPU_SPECS)}")
+    if warning := memory_warning(mem["total"], *gpu_memory(device, gpu, key)): lines.append(warning)
     measured, what = measurement_for(m, cfg.batch_size, cfg.compile_model)
     if key and measured is None:               # nothing like this run was measured: no time, rather than another model's
         lines.append(f"time to the token budget: not projected -- no H200 measurement of {what} (chapter 07h lists the measured ones)")

@@ -2,6 +2,7 @@
 `kill -9` during training and during a checkpoint write, refused resumes."""
 import json, os, signal, subprocess, sys, textwrap, time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -177,11 +178,15 @@ def test_dry_run_and_defaults(capsys, monkeypatch):
     assert main(["--preset", "a100", "--dry-run", "--gpu", "a100"]) == 0           # issue 16: the named GPU, projected
     out = capsys.readouterr().out
     assert "on 1 x A100 80GB SXM" in out and "a projection" in out and "measured on one H200" in out
+    assert "memory: the estimate" not in out                                       # the a100 preset fits an A100
+    assert main(["--preset", "h200", "--model.mixer", "mamba3", "--dry-run", "--gpu", "h100"]) == 0
+    assert "memory: the estimate, 80.5 GB, exceeds the H100 SXM's 80 GB" in capsys.readouterr().out   # 16 x 2048: too big
     assert main(["--preset", "a100", "--dry-run", "--gpu", "v100"]) == 2
     assert "error: --gpu: no datasheet figures for 'v100'" in capsys.readouterr().err
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)      # a CUDA machine, no arguments: a summary only
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: SimpleNamespace(total_memory=150_109_880_320))
     assert main([]) == 0
     out = capsys.readouterr().out
     assert "nothing was started" in out and "--preset h200" in out
