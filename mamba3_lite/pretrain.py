@@ -5,10 +5,11 @@
 # %% auto #0
 __all__ = ['ASSUMED_GPU_MFU', 'CPU_EFFICIENCY', 'ACT_FACTOR', 'CKPT_ACT_FACTOR', 'CE_CHUNK_ROWS', 'USER_ERRORS', 'RUN_ERRORS',
            'parse_overrides', 'load_config_file', 'build_config', 'model_shape', 'count_params', 'estimate_memory',
-           'gpu_memory', 'memory_warning', 'dry_run', 'user_error', 'val_bits_per_byte', 'main']
+           'gpu_memory', 'memory_warning', 'dry_run', 'GPUMemoryError', 'gpu_memory_error', 'user_error',
+           'val_bits_per_byte', 'main']
 
 # %% ../nbs/08_pretrain.ipynb #2f5a431c
-import argparse, builtins, inspect, io, json, os, sys, textwrap, time, traceback
+import argparse, builtins, inspect, io, json, os, re, sys, textwrap, time, traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import get_type_hints
@@ -267,9 +268,21 @@ def _cuda_banner() -> str:
 USER_ERRORS = (ConfigError, ShardError, CheckpointError, ResumeError, DivergenceError, OSError)
 RUN_ERRORS = (CheckpointError, ResumeError, DivergenceError)          # about a run: exit 1 even before training
 
+class GPUMemoryError(RuntimeError):
+    "A run that does not fit its GPU: what PyTorch's allocator could not get, and what to change."
+
+def gpu_memory_error(e: BaseException) -> GPUMemoryError:
+    "PyTorch's out-of-memory report (many lines of allocator detail) as one line: the request, the card, the ways on."
+    want, card = (re.search(pat, str(e)) for pat in (r"Tried to allocate ([\d.]+ [KMGT]?i?B)", r"total capacity of ([\d.]+ [KMGT]?i?B)"))
+    what = " on a GPU of ".join(m[1] for m in (want, card) if m)
+    return GPUMemoryError(f"out of GPU memory{f' (tried to allocate {what})' if what else ''}: lower --batch_size and raise "
+                          "--gradient_accumulation_steps (the same tokens per step), or set --model.grad_checkpoint true; "
+                          "--dry-run estimates a run's memory, --debug shows PyTorch's report")
+
 def user_error(e: BaseException) -> BaseException | None:
-    "The user error `e` is (one of `USER_ERRORS`, or the `OSError` a `RuntimeError` was raised from), or None: a bug, keep its traceback."
+    "The user error `e` is (one of `USER_ERRORS`, a `GPUMemoryError` for PyTorch's out-of-memory, or the `OSError` a `RuntimeError` was raised from), or None: a bug, keep its traceback."
     if isinstance(e, USER_ERRORS): return e
+    if isinstance(e, torch.OutOfMemoryError): return gpu_memory_error(e)
     return os_error_in(e) if isinstance(e, RuntimeError) else None      # torch.save on a full disk: the Errno 28 in the chain
 
 # %% ../nbs/08_pretrain.ipynb #4375827e

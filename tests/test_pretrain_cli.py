@@ -306,3 +306,16 @@ def test_example_configs_match_the_presets():
     import dataclasses
     assert build_config(None, REPO / "configs" / "tiny_cpu.yaml") == build_config("tiny")
     assert build_config(None, REPO / "configs" / "h200_434m.yaml") == dataclasses.replace(build_config("h200"), resume="auto")
+
+
+def test_out_of_gpu_memory_is_one_line(tmp_path, capsys, monkeypatch):
+    "PyTorch's out-of-memory error in training: one line that says what to change, exit 1, no traceback."
+    from mamba3_lite import pretrain
+    def oom(self):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.13 GiB. GPU 0 has a total capacity of "
+                                     "79.19 GiB of which 2.04 GiB is free. Including non-PyTorch memory, ...")
+    monkeypatch.setattr(pretrain.Pretrainer, "train", oom)
+    assert main(["--preset", "tiny", "--max_steps", "2", "--checkpoint_dir", str(tmp_path / "ck")]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("error: out of GPU memory (tried to allocate 6.13 GiB on a GPU of 79.19 GiB)")
+    assert "Traceback" not in err
