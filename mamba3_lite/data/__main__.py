@@ -6,7 +6,7 @@
 __all__ = ['main']
 
 # %% ../../nbs/06g_cli.ipynb #a97ca78c
-import argparse, builtins, errno, json, os, signal, sys, threading
+import argparse, builtins, errno, glob, json, os, signal, sys, threading
 from collections.abc import Sequence
 
 from ..runtime import env_flag, error_line
@@ -47,8 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     pp.add_argument("--workers", type=_nonneg_int, default=default_workers(), metavar="N", help="tokenizer processes (default: one per core; 0 or 1: this process)")
     pp.add_argument("--overwrite", action="store_true", help="replace DIR if it holds a previous output of prepare and nothing else")
     pp.add_argument("--no-progress", action="store_true", help="no progress bar")
-    pi = sub.add_parser("info", parents=[common], help="validate shards and print their headers")
-    pi.add_argument("paths", nargs="+", metavar="SHARD")
+    pi = sub.add_parser("info", parents=[common], help="validate shards (or a folder's) and print their headers")
+    pi.add_argument("paths", nargs="+", metavar="SHARD|DIR")
     pv = sub.add_parser("verify", parents=[common], help="re-read the shards of prepared folders and check them against meta.json",
                         description="Re-hash every shard that DIR/meta.json lists and compare with the SHA-256 recorded when it was written.")
     pv.add_argument("folders", nargs="+", metavar="DIR")
@@ -69,9 +69,10 @@ def _run(args: argparse.Namespace):
             print(f"note: fewer than 1/{args.val_fraction:g} documents, so none was held out; "
                   "PretrainDataset will hold out the tail of the train stream", file=sys.stderr)
     elif args.command == "info":
-        for p in args.paths:
-            read_shard(p)
-            print(json.dumps(shard_info(p)))
+        for path in args.paths:
+            shards = sorted(glob.glob(os.path.join(path, "*.bin"))) if os.path.isdir(path) else [path]
+            if not shards: raise ValueError(f"{path}: a folder without *.bin shards")
+            for p in shards: read_shard(p); print(json.dumps(shard_info(p)))
     elif args.command == "verify":
         for folder in args.folders:
             r = verify_shards(folder)
