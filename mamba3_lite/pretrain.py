@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['ASSUMED_GPU_MFU', 'CPU_EFFICIENCY', 'ACT_FACTOR', 'CKPT_ACT_FACTOR', 'CE_CHUNK_ROWS', 'USER_ERRORS', 'RUN_ERRORS',
            'parse_overrides', 'load_config_file', 'build_config', 'model_shape', 'count_params', 'estimate_memory',
-           'gpu_memory', 'memory_warning', 'dry_run', 'GPUMemoryError', 'gpu_memory_error', 'user_error',
+           'gpu_memory', 'memory_warning', 'fit_warning', 'dry_run', 'GPUMemoryError', 'gpu_memory_error', 'user_error',
            'val_bits_per_byte', 'main']
 
 # %% ../nbs/08_pretrain.ipynb #2f5a431c
@@ -163,6 +163,12 @@ def memory_warning(total: float, capacity: float | None, gpu_name: str | None) -
     return (f"memory: the estimate, {total / 1e9:.1f} GB, {'exceeds' if total > capacity else 'is within 5% of'} the {gpu_name}'s "
             f"{capacity / 1e9:.0f} GB, so the run may not fit: a smaller --batch_size with more --gradient_accumulation_steps "
             "keeps the tokens per step (the a100 preset: 8 x 4), or --model.grad_checkpoint true recomputes each block")
+
+def fit_warning(cfg: TrainingConfig, world_size: int = 1, local_rank: int = 0) -> str | None:
+    "Before a GPU run: the dry run's `memory_warning` for `cfg` on this machine's card (its own memory), or None."
+    device = torch.device(cfg.device if cfg.device.startswith("cuda") else f"cuda:{local_rank}")
+    P, in_width = model_shape(cfg.model)
+    return memory_warning(estimate_memory(cfg, P, in_width, world_size)["total"], *gpu_memory(device, None, None))
 
 # %% ../nbs/08_pretrain.ipynb #65ce4ce3
 def dry_run(cfg: TrainingConfig, world_size: int | None = None, device: torch.device | None = None, file=None, gpu: str | None = None) -> dict:
@@ -353,6 +359,8 @@ def _run(args, rest: list, argv: list, stage: dict) -> int:
     if args.dry_run:
         if launch.is_main: dry_run(cfg, world_size=launch.world_size, gpu=args.gpu); _check_data(cfg, launch.world_size)
         return 0
+    if launch.is_main and cfg.device != "cpu" and torch.cuda.is_available():   # before minutes of compiling, not after
+        if warning := fit_warning(cfg, launch.world_size, launch.local_rank): print(f"warning: {warning}", file=sys.stderr)
     return _train(cfg, stage)
 
 # %% ../nbs/08_pretrain.ipynb #e939dea5

@@ -319,3 +319,16 @@ def test_out_of_gpu_memory_is_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].startswith("error: out of GPU memory (tried to allocate 6.13 GiB on a GPU of 79.19 GiB)")
     assert "Traceback" not in err
+
+
+def test_gpu_run_warns_before_it_starts_when_it_may_not_fit(tmp_path, capsys, monkeypatch):
+    "On a CUDA machine, a run whose memory estimate exceeds the card is told so before training (and compiling) starts."
+    from mamba3_lite import pretrain
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: SimpleNamespace(total_memory=80_000_000_000))
+    monkeypatch.setattr(pretrain, "_train", lambda cfg, stage: 0)          # the plan only: no GPU here to train on
+    for preset, warned in (("h200", True), ("a100", False)):
+        assert main(["--preset", preset, "--model.mixer", "mamba3", "--checkpoint_dir", str(tmp_path / preset)]) == 0
+        err = capsys.readouterr().err
+        assert ("warning: memory: the estimate, 80.5 GB, exceeds the NVIDIA H100 80GB HBM3's 80 GB" in err) == warned, err
