@@ -77,8 +77,8 @@ def _run(args: argparse.Namespace):
         for folder in args.folders:
             r = verify_shards(folder)
             size = f"{r['bytes'] / 1e9:,.2f} GB" if r["bytes"] >= 1e9 else f"{r['bytes'] / 1e6:,.2f} MB"
-            print(f"{folder}: {r['shards']} shard(s), {r['tokens']:,} tokens, {size}: every SHA-256 matches "
-                  f"meta.json (content {r['content_sha256'][:16]}...)", flush=True)
+            print(f"{folder}: {r['shards']} shard(s), {r['tokens']:,} tokens, {size}: every SHA-256 matches meta.json"
+                  + (f" (content {r['content_sha256'][:16]}...)" if r["content_sha256"] else ""), flush=True)
     elif args.command == "builtin":
         print(builtin_corpus(args.cache_dir, progress=True))
 

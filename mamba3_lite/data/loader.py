@@ -141,10 +141,11 @@ def verify_shards(folder) -> dict:
         if (h := sha256_file(folder / s["file"])) != s["sha256"]:
             raise ShardError(folder / s["file"], f"its SHA-256 is {h[:16]}..., meta.json records {s['sha256'][:16]}...: "
                                                  "its bytes changed after prepare wrote it")
-    if meta.get("content_sha256") != content_sha256({s["file"]: s["sha256"] for s in listed}):
+    recorded = meta.get("content_sha256")                 # None in a folder prepared before content hashes
+    if recorded is not None and recorded != content_sha256({s["file"]: s["sha256"] for s in listed}):
         raise ValueError(f"{folder / 'meta.json'}: its content_sha256 is not the hash of its own shard list (the file was edited)")
-    return {"shards": len(listed), "tokens": sum(s["tokens"] for s in listed),
-            "bytes": sum((folder / s["file"]).stat().st_size for s in listed), "content_sha256": meta["content_sha256"]}
+    return {"shards": len(listed), "tokens": sum(shard_info(folder / s["file"])["tokens"] for s in listed),
+            "bytes": sum((folder / s["file"]).stat().st_size for s in listed), "content_sha256": recorded}
 
 # %% ../../nbs/06f_loader.ipynb #1e8ab529
 _M1, _M2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
