@@ -172,21 +172,13 @@ def profile(smoke):
     "GPU time per kernel over 3 compiled training steps of the h200-preset model (Triton SSD)."
     if not torch.cuda.is_available(): return {"skipped": "no CUDA"}
     from torch.profiler import ProfilerActivity, profile as prof
-    spec = TRAIN[0]
-    model = build("lite", "triton", 2048, 64, True, smoke).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
-    cmodel = torch.compile(model)
-    xy = torch.randint(0, 50257, (16, 2049), device="cuda")
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = cmodel(xy[:, :-1], targets=xy[:, 1:])
-        loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); opt.zero_grad(set_to_none=True)
+    from common import compiled_train_step, kernel_rows
+    step = compiled_train_step(build("lite", "triton", 2048, 64, True, smoke).cuda(), clip=1.0)
     for _ in range(3): step()
     torch.cuda.synchronize()
     with prof(activities=[ProfilerActivity.CUDA]) as p:
         for _ in range(3): step()
         torch.cuda.synchronize()
-    from common import kernel_rows
     rows = kernel_rows(p, 3)
     total = sum(r[1] for r in rows)
     cat = {}

@@ -90,15 +90,8 @@ def one(form: str, layers: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
     torch.manual_seed(0)
     cfg = ModelConfig(n_layers=layers, pad_vocab_multiple=64, fused_cross_entropy=True, ssd_dispatch="pytorch")
-    model = Mamba3Transformer(cfg).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
-    cmodel = torch.compile(model)
-    xy = torch.randint(0, 50257, (16, 2049), device="cuda")
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = cmodel(xy[:, :-1], targets=xy[:, 1:])
-        loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-        return loss
+    from common import compiled_train_step, kernel_rows
+    step = compiled_train_step(Mamba3Transformer(cfg).cuda())
     t0 = time.perf_counter()
     for _ in range(3): step()
     torch.cuda.synchronize(); warm = time.perf_counter() - t0
@@ -108,7 +101,6 @@ def one(form: str, layers: int) -> dict:
     with profile(activities=[ProfilerActivity.CUDA]) as p:
         for _ in range(2): step()
         torch.cuda.synchronize()
-    from common import kernel_rows
     rows = kernel_rows(p, 2)
     return {"form": form, "layers": layers, "warmup_s": round(warm, 1), "step_ms": round(1000 * sorted(times)[5], 2),
             "gpu_ms_per_step": round(sum(r[1] for r in rows), 2), "peak_mem_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2),

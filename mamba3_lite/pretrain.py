@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['ASSUMED_GPU_MFU', 'CPU_EFFICIENCY', 'ACT_FACTOR', 'CKPT_ACT_FACTOR', 'CE_CHUNK_ROWS', 'USER_ERRORS', 'RUN_ERRORS',
-           'parse_overrides', 'load_config_file', 'build_config', 'model_shape', 'count_params', 'estimate_memory',
-           'gpu_memory', 'memory_warning', 'fit_warning', 'dry_run', 'GPUMemoryError', 'gpu_memory_error', 'user_error',
+           'parse_overrides', 'load_config_file', 'build_config', 'model_shape', 'estimate_memory', 'gpu_memory',
+           'memory_warning', 'fit_warning', 'dry_run', 'GPUMemoryError', 'gpu_memory_error', 'user_error',
            'val_bits_per_byte', 'main']
 
 # %% ../nbs/08_pretrain.ipynb #2f5a431c
@@ -116,10 +116,6 @@ def model_shape(model_config: ModelConfig) -> tuple[int, int]:
     "(parameters, the mixer's input-projection width) of the model `model_config` builds, on the meta device (no memory, no init cost)."
     with torch.device("meta"): m = Mamba3Transformer(model_config)
     return sum(p.numel() for p in m.parameters()), m.layers[0].in_proj.out_features
-
-def count_params(model_config: ModelConfig) -> int:
-    "Parameters (real numbers) of the model `model_config` builds, counted on the meta device."
-    return model_shape(model_config)[0]
 
 def estimate_memory(cfg: TrainingConfig, n_params: int, in_width: int, world_size: int = 1, on_gpu: bool = True,
                     factor: float | None = None) -> dict:
