@@ -127,9 +127,9 @@ def _worker(cap: int, full: bool):
         T, H, M, D, Q = cfg.max_seq_len, cfg.n_heads, 2 * cfg.state_dim, cfg.head_dim, cfg.chunk_size
         q, k = (torch.empty(B, T, H, M, dtype=dtype, device="meta") for _ in range(2))
         x = torch.empty(B, T, H, D, dtype=dtype, device="meta")
-        alpha = torch.empty(B, -(-T // Q) * Q, H, device="meta")
-        siso_triton.scan_kernels_forward(q, k, x, alpha, None, Q)
-        siso_triton.scan_kernels_backward(torch.empty_like(x), None, q, k, x, alpha, None, Q)
+        alpha, alpha_lo = (torch.empty(B, -(-T // Q) * Q, H, device="meta") for _ in range(2))   # 05a's pair, as the layer
+        siso_triton.scan_kernels_forward(q, k, x, alpha, None, Q, alpha_lo)
+        siso_triton.scan_kernels_backward(torch.empty_like(x), None, q, k, x, alpha, None, Q, alpha_lo)
 
     def per_chunk_ssd(cfg, x_complex, B=2):
         nc, Q, H, N, P = cfg.max_seq_len // cfg.chunk_size, cfg.chunk_size, cfg.n_heads, cfg.state_dim, cfg.head_dim

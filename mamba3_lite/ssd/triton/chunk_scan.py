@@ -8,21 +8,22 @@ __all__ = ['scan_y', 'scan_dx', 'chunk_end_terms', 'scan_dqdk', 'scan_backward_c
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #15da466c
 import torch
 
-from .phases import HAS_TRITON, block_size, check_block_dims, dot_precision, strides3
+from .phases import (HAS_TRITON, block_size, check_block_dims, dot_precision, lo_or,
+                                           strides3)
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
-    from mamba3_lite.ssd.triton.phases import dot
+    from mamba3_lite.ssd.triton.phases import alpha_diff, dot, load_alpha, load_alpha_end
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #31ac5682
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])       # lengths vary per call: one compile serves all
-    def scan_fwd_kernel(q_ptr, k_ptr, x_ptr, a_ptr, st_ptr, y_ptr,
+    def scan_fwd_kernel(q_ptr, k_ptr, x_ptr, a_ptr, al_ptr, st_ptr, y_ptr,
                          sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, syb, syt, syh, T, H, M, D, Q, NC,
-                         F64: tl.constexpr, PREC: tl.constexpr,
+                         HAS_LO: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
                          BC: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
-        "One (b, chunk, h, row-block, D-tile): y_l = e^{a_l} q_l S_in + sum_{s<=l} e^{a_l - a_s} (q_l . k_s) x_s."
+        "One (b, chunk, h, row-block, D-tile): y_l = e^{a_l} q_l S_in + sum_{s<=l} e^{a_l - a_s} (q_l . k_s) x_s (05a's pairs)."
         pid_ld, pid_bch = tl.program_id(0), tl.program_id(1)
         nd = tl.cdiv(D, BD)
         pid_l, pid_d = pid_ld // nd, pid_ld % nd
@@ -32,7 +33,7 @@ if HAS_TRITON:
         offs_d = pid_d * BD + tl.arange(0, BD)
         t_l = c * Q + offs_l
         ml, mm, mdd = (offs_l < Q) & (t_l < T), offs_m < M, offs_d < D
-        a_l = tl.load(a_ptr + (b * NC * Q + t_l) * H + h, mask=offs_l < Q, other=0.)
+        a_l, l_l = load_alpha(a_ptr, al_ptr, (b * NC * Q + t_l) * H + h, offs_l < Q, HAS_LO)
         qv = tl.load(q_ptr + b * sqb + t_l[:, None] * sqt + h * sqh + offs_m[None, :],
                      mask=ml[:, None] & mm[None, :], other=0.)                            # (BC, BM)
         S = tl.load(st_ptr + ((b * NC + c) * H + h) * M * D + offs_m[:, None] * D + offs_d[None, :],
@@ -42,11 +43,12 @@ if HAS_TRITON:
             offs_s = s0 + tl.arange(0, BC)
             t_s = c * Q + offs_s
             ms = (offs_s < Q) & (t_s < T)
-            a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
+            a_s, l_s = load_alpha(a_ptr, al_ptr, (b * NC * Q + t_s) * H + h, offs_s < Q, HAS_LO)
             kT = tl.load(k_ptr + b * skb + t_s[None, :] * skt + h * skh + offs_m[:, None],
                          mask=mm[:, None] & ms[None, :], other=0.)                        # (BM, BC)
             causal = (offs_l[:, None] >= offs_s[None, :]) & ms[None, :]
-            L = tl.exp(tl.where(causal, a_l[:, None] - a_s[None, :], float("-inf")))   # masked before exp
+            d = alpha_diff(a_l[:, None], l_l[:, None], a_s[None, :], l_s[None, :], HAS_LO)   # a_l - a_s, (BC, BC)
+            L = tl.exp(tl.where(causal, d, float("-inf")))                                # masked before exp
             xs = tl.load(x_ptr + b * sxb + t_s[:, None] * sxt + h * sxh + offs_d[None, :],
                          mask=ms[:, None] & mdd[None, :], other=0.)                       # (BC, BD)
             acc += dot((dot(qv, kT, F64, PREC) * L).to(xs.dtype), xs, F64, PREC)
@@ -56,9 +58,9 @@ if HAS_TRITON:
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #a332c81b
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])       # lengths vary per call: one compile serves all
-    def bwd_dx_kernel(q_ptr, k_ptr, dy_ptr, a_ptr, dst_ptr, dx_ptr,
+    def bwd_dx_kernel(q_ptr, k_ptr, dy_ptr, a_ptr, al_ptr, dst_ptr, dx_ptr,
                        sqb, sqt, sqh, skb, skt, skh, sdb, sdt, sdh, sxb, sxt, sxh, T, H, M, D, Q, NC,
-                       F64: tl.constexpr, PREC: tl.constexpr,
+                       HAS_LO: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
                        BC: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
         "dx_s = w_s k_s G + sum_{l>=s} e^{a_l - a_s} (k_s . q_l) dy_l, G = dL/dS_out of the chunk."
         pid_sd, pid_bch = tl.program_id(0), tl.program_id(1)
@@ -70,23 +72,24 @@ if HAS_TRITON:
         offs_d = pid_d * BD + tl.arange(0, BD)
         t_s = c * Q + offs_s
         ms, mm, mdd = (offs_s < Q) & (t_s < T), offs_m < M, offs_d < D
-        a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
-        a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
+        a_s, l_s = load_alpha(a_ptr, al_ptr, (b * NC * Q + t_s) * H + h, offs_s < Q, HAS_LO)
+        a_end, l_end = load_alpha_end(a_ptr, al_ptr, (b * NC * Q + c * Q + Q - 1) * H + h, HAS_LO)
         ks = tl.load(k_ptr + b * skb + t_s[:, None] * skt + h * skh + offs_m[None, :],
                      mask=ms[:, None] & mm[None, :], other=0.)                            # (BC, BM)
         G = tl.load(dst_ptr + ((b * NC + c) * H + h) * M * D + offs_m[:, None] * D + offs_d[None, :],
                     mask=mm[:, None] & mdd[None, :], other=0.)                            # (BM, BD)
-        w = tl.exp(tl.where(ms, a_end - a_s, float("-inf")))
+        w = tl.exp(tl.where(ms, alpha_diff(a_end, l_end, a_s, l_s, HAS_LO), float("-inf")))
         acc = dot(ks, G.to(ks.dtype), F64, PREC) * w[:, None]
         for l0 in range(pid_s * BC, Q, BC):                                            # l >= s blocks only
             offs_l = l0 + tl.arange(0, BC)
             t_l = c * Q + offs_l
             ml = (offs_l < Q) & (t_l < T)
-            a_l = tl.load(a_ptr + (b * NC * Q + t_l) * H + h, mask=offs_l < Q, other=0.)
+            a_l, l_l = load_alpha(a_ptr, al_ptr, (b * NC * Q + t_l) * H + h, offs_l < Q, HAS_LO)
             qT = tl.load(q_ptr + b * sqb + t_l[None, :] * sqt + h * sqh + offs_m[:, None],
                          mask=mm[:, None] & ml[None, :], other=0.)                        # (BM, BC)
             causal = (offs_l[None, :] >= offs_s[:, None]) & ml[None, :]
-            LT = tl.exp(tl.where(causal, a_l[None, :] - a_s[:, None], float("-inf")))  # (BC_s, BC_l)
+            d = alpha_diff(a_l[None, :], l_l[None, :], a_s[:, None], l_s[:, None], HAS_LO)   # a_l - a_s, (BC_s, BC_l)
+            LT = tl.exp(tl.where(causal, d, float("-inf")))
             dyl = tl.load(dy_ptr + b * sdb + t_l[:, None] * sdt + h * sdh + offs_d[None, :],
                           mask=ml[:, None] & mdd[None, :], other=0.)                      # (BC, BD)
             acc += dot((dot(ks, qT, F64, PREC) * LT).to(dyl.dtype), dyl, F64, PREC)
@@ -96,9 +99,10 @@ if HAS_TRITON:
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #effc75fb
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "B", "NC"])       # lengths vary per call: one compile serves all
-    def bwd_dqdk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, dq_ptr, dk_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr,
+    def bwd_dqdk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, al_ptr, st_ptr, dst_ptr, dq_ptr, dk_ptr, da_ptr, kdk_ptr, gs_ptr,
+                         dth_ptr,
                          sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, T, B, H, M, D, Q, NC,
-                         DTHETA: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
+                         DTHETA: tl.constexpr, HAS_LO: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
                          BC: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
         """One (b, chunk, h, row-block r, M-tile): dq_r = e^{a_r} dy_r S_in^T + sum_{s<=r} dA[r,s] k_s,
         dk_r = w_r x_r G^T + sum_{l>=r} dA[l,r] q_l with dA[l,s] = (dy_l . x_s) e^{a_l - a_s};
@@ -114,8 +118,8 @@ if HAS_TRITON:
         t_r = c * Q + offs_r
         mr, mm, mdd = (offs_r < Q) & (t_r < T), offs_m < M, offs_d < D
         mrm, mrd = mr[:, None] & mm[None, :], mr[:, None] & mdd[None, :]
-        a_r = tl.load(a_ptr + (b * NC * Q + t_r) * H + h, mask=offs_r < Q, other=0.)
-        a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
+        a_r, l_r = load_alpha(a_ptr, al_ptr, (b * NC * Q + t_r) * H + h, offs_r < Q, HAS_LO)
+        a_end, l_end = load_alpha_end(a_ptr, al_ptr, (b * NC * Q + c * Q + Q - 1) * H + h, HAS_LO)
         qr = tl.load(q_ptr + b * sqb + t_r[:, None] * sqt + h * sqh + offs_m[None, :], mask=mrm, other=0.)
         kr = tl.load(k_ptr + b * skb + t_r[:, None] * skt + h * skh + offs_m[None, :], mask=mrm, other=0.)
         xr = tl.load(x_ptr + b * sxb + t_r[:, None] * sxt + h * sxh + offs_d[None, :], mask=mrd, other=0.)
@@ -125,32 +129,34 @@ if HAS_TRITON:
         ST = tl.load(st_ptr + dm, mask=mdm, other=0.)                                   # S_in^T (BD, BM)
         GT = tl.load(dst_ptr + dm, mask=mdm, other=0.)                                  # G^T (BD, BM)
         dq = dot(dyr, ST.to(dyr.dtype), F64, PREC) * tl.exp(a_r)[:, None]             # off-diagonal term
-        w_r = tl.exp(tl.where(mr, a_end - a_r, float("-inf")))
+        w_r = tl.exp(tl.where(mr, alpha_diff(a_end, l_end, a_r, l_r, HAS_LO), float("-inf")))
         dk = dot(xr, GT.to(xr.dtype), F64, PREC) * w_r[:, None]                       # chunk-state term
         kdk = tl.sum(kr.to(dk.dtype) * dk, axis=1)                                     # w_s dL/dw_s, (BC,)
         for s0 in range(0, tl.minimum((pid_r + 1) * BC, Q), BC):                       # s <= r
             offs_s = s0 + tl.arange(0, BC)
             t_s = c * Q + offs_s
             ms = (offs_s < Q) & (t_s < T)
-            a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
+            a_s, l_s = load_alpha(a_ptr, al_ptr, (b * NC * Q + t_s) * H + h, offs_s < Q, HAS_LO)
             xsT = tl.load(x_ptr + b * sxb + t_s[None, :] * sxt + h * sxh + offs_d[:, None],
                           mask=mdd[:, None] & ms[None, :], other=0.)                      # (BD, BC)
             ks = tl.load(k_ptr + b * skb + t_s[:, None] * skt + h * skh + offs_m[None, :],
                          mask=ms[:, None] & mm[None, :], other=0.)                        # (BC, BM)
             causal = (offs_r[:, None] >= offs_s[None, :]) & ms[None, :]
-            L = tl.exp(tl.where(causal, a_r[:, None] - a_s[None, :], float("-inf")))
+            d = alpha_diff(a_r[:, None], l_r[:, None], a_s[None, :], l_s[None, :], HAS_LO)   # a_r - a_s
+            L = tl.exp(tl.where(causal, d, float("-inf")))
             dq += dot((dot(dyr, xsT, F64, PREC) * L).to(ks.dtype), ks, F64, PREC)
         for l0 in range(pid_r * BC, Q, BC):                                            # l >= r
             offs_l = l0 + tl.arange(0, BC)
             t_l = c * Q + offs_l
             ml = (offs_l < Q) & (t_l < T)
-            a_l = tl.load(a_ptr + (b * NC * Q + t_l) * H + h, mask=offs_l < Q, other=0.)
+            a_l, l_l = load_alpha(a_ptr, al_ptr, (b * NC * Q + t_l) * H + h, offs_l < Q, HAS_LO)
             dylT = tl.load(dy_ptr + b * sdb + t_l[None, :] * sdt + h * sdh + offs_d[:, None],
                            mask=mdd[:, None] & ml[None, :], other=0.)                     # (BD, BC)
             ql = tl.load(q_ptr + b * sqb + t_l[:, None] * sqt + h * sqh + offs_m[None, :],
                          mask=ml[:, None] & mm[None, :], other=0.)                        # (BC, BM)
             causal = (offs_l[None, :] >= offs_r[:, None]) & ml[None, :]
-            LT = tl.exp(tl.where(causal, a_l[None, :] - a_r[:, None], float("-inf")))
+            d = alpha_diff(a_l[None, :], l_l[None, :], a_r[:, None], l_r[:, None], HAS_LO)   # a_l - a_r
+            LT = tl.exp(tl.where(causal, d, float("-inf")))
             dk += dot((dot(xr, dylT, F64, PREC) * LT).to(ql.dtype), ql, F64, PREC)
         o = b * sob + t_r[:, None] * sot + h * soh + offs_m[None, :]                     # dq, dk: fresh, same layout
         tl.store(dq_ptr + o, dq.to(dq_ptr.dtype.element_ty), mask=mrm)
@@ -171,30 +177,34 @@ if HAS_TRITON:
             tl.store(dth_ptr + part, dth, mask=offs_r < Q)
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #1c6ce6ca
-def scan_y(q, k, x, alpha, states, Q, BC=64, BD=64, num_warps=4, num_stages=2, maxnreg=None):
+def scan_y(q, k, x, alpha, states, Q, BC=64, BD=64, num_warps=4, num_stages=2, maxnreg=None, alpha_lo=None):
     """Each chunk's output from its entering state (05b's `states_forward`) and its own tokens: q, k (B,T,H,M) and x
-    (B,T,H,D) in one dtype, alpha (B, NC*Q, H), states (B, NC, H, M, D). Returns y (B,T,H,D) in x's dtype.
+    (B,T,H,D) in one dtype, alpha (B, NC*Q, H) and `alpha_lo` (05a's pair; None: alpha alone), states (B, NC, H, M, D).
+    Returns y (B,T,H,D) in x's dtype.
     `maxnreg`: a cap on registers per thread for ptxas (None: its own choice), so more programs fit on an SM."""
     Bsz, T, H, M = q.shape
     D, NC = x.shape[-1], alpha.shape[1] // Q
     BC, BD = min(BC, block_size(Q)), min(BD, block_size(D))
     y = torch.empty(Bsz, T, H, D, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(Q, BC) * triton.cdiv(D, BD), Bsz * NC * H)
-    scan_fwd_kernel[grid](q, k, x, alpha, states, y, *strides3(q), *strides3(k), *strides3(x), *strides3(y),
-                          T, H, M, D, Q, NC, F64=alpha.dtype == torch.float64, PREC=dot_precision(q.dtype),
+    scan_fwd_kernel[grid](q, k, x, alpha, lo_or(alpha_lo, alpha), states, y, *strides3(q), *strides3(k), *strides3(x),
+                          *strides3(y), T, H, M, D, Q, NC, HAS_LO=alpha_lo is not None, F64=alpha.dtype == torch.float64,
+                          PREC=dot_precision(q.dtype),
                           BC=BC, BM=block_size(M), BD=BD, num_warps=num_warps, num_stages=num_stages,
                           **({"maxnreg": maxnreg} if maxnreg else {}))
     return y
 
-def scan_dx(q, k, dy, alpha, dstates, Q, BC=64, BD=64, num_warps=4, num_stages=2):
-    "dx (B,T,H,D) in dy's dtype from dy and 05b's G (`states_backward`): the intra-chunk term plus the chunk-state term."
+def scan_dx(q, k, dy, alpha, dstates, Q, BC=64, BD=64, num_warps=4, num_stages=2, alpha_lo=None):
+    """dx (B,T,H,D) in dy's dtype from dy and 05b's G (`states_backward`): the intra-chunk term plus the chunk-state term;
+    `alpha_lo` as `scan_y` takes it."""
     Bsz, T, H, M = q.shape
     D, NC = dy.shape[-1], alpha.shape[1] // Q
     BC, BD = min(BC, block_size(Q)), min(BD, block_size(D))
     dx = torch.empty(Bsz, T, H, D, dtype=dy.dtype, device=dy.device)
     grid = (triton.cdiv(Q, BC) * triton.cdiv(D, BD), Bsz * NC * H)
-    bwd_dx_kernel[grid](q, k, dy, alpha, dstates, dx, *strides3(q), *strides3(k), *strides3(dy), *strides3(dx),
-                        T, H, M, D, Q, NC, F64=alpha.dtype == torch.float64, PREC=dot_precision(q.dtype),
+    bwd_dx_kernel[grid](q, k, dy, alpha, lo_or(alpha_lo, alpha), dstates, dx, *strides3(q), *strides3(k), *strides3(dy),
+                        *strides3(dx), T, H, M, D, Q, NC, HAS_LO=alpha_lo is not None, F64=alpha.dtype == torch.float64,
+                        PREC=dot_precision(q.dtype),
                         BC=BC, BM=block_size(M), BD=BD, num_warps=num_warps, num_stages=num_stages)
     return dx
 
@@ -207,9 +217,11 @@ def chunk_end_terms(da, kdk, gs, alpha, Q):
     dalpha[:, :, -1] += kdk.view(Bsz, -1, Q, H).sum(2) + alpha.view(Bsz, -1, Q, H)[:, :, -1].exp() * gs
     return dalpha.view(Bsz, -1, H)
 
-def scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, want_dtheta=False, BC=32, BM=128, num_warps=4, num_stages=2):
+def scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, want_dtheta=False, BC=32, BM=128, num_warps=4, num_stages=2,
+              alpha_lo=None):
     """dq, dk (B,T,H,M) in q's dtype, dalpha (B, NC*Q, H) in alpha's dtype, and with `want_dtheta` the phase gradient
-    dq . Jq + dk . Jk (B, NC*Q, H) of q, k rotated by theta (else None). `states`, `dstates`: 05b's S_in and G."""
+    dq . Jq + dk . Jk (B, NC*Q, H) of q, k rotated by theta (else None). `states`, `dstates`: 05b's S_in and G;
+    `alpha_lo` as `scan_y` takes it."""
     Bsz, T, H, M = q.shape
     D, NC, acc = x.shape[-1], alpha.shape[1] // Q, alpha.dtype
     BC, BM = min(BC, block_size(Q)), min(BM, block_size(M))
@@ -221,20 +233,21 @@ def scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, want_dtheta=False, BC=32, 
     kdk = torch.empty_like(da)                                                      # k . dk_state per M tile
     dth = torch.empty_like(da) if want_dtheta else da                               # never written without DTHETA
     grid = (triton.cdiv(Q, BC) * nm, Bsz * NC * H)
-    bwd_dqdk_kernel[grid](q, k, x, dy, alpha, states, dstates, dq, dk, da, kdk, gs, dth,
+    bwd_dqdk_kernel[grid](q, k, x, dy, alpha, lo_or(alpha_lo, alpha), states, dstates, dq, dk, da, kdk, gs, dth,
                           *strides3(q), *strides3(k), *strides3(x), *strides3(dy), *strides3(dq), T, Bsz, H, M, D, Q, NC,
-                          DTHETA=want_dtheta, F64=acc == torch.float64, PREC=dot_precision(q.dtype),
+                          DTHETA=want_dtheta, HAS_LO=alpha_lo is not None, F64=acc == torch.float64,
+                          PREC=dot_precision(q.dtype),
                           BC=BC, BM=BM, BD=block_size(D), num_warps=num_warps, num_stages=num_stages)
     return dq, dk, chunk_end_terms(da.sum(0), kdk.sum(0), gs.sum(0), alpha, Q), (dth.sum(0) if want_dtheta else None)
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #c6aaeab9
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])       # lengths vary per call: one compile serves all
-    def bwd_chunk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, sin_ptr,
+    def bwd_chunk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, al_ptr, st_ptr, dst_ptr, cos_ptr, sin_ptr,
                          o1_ptr, o2_ptr, o3_ptr, o4_ptr, dx_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr,
                          sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, sgb, sgt, sgh,
-                         T, H, NH, D, Q, NC, ROTATE: tl.constexpr, WITH_DX: tl.constexpr, F64: tl.constexpr,
-                         PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
+                         T, H, NH, D, Q, NC, ROTATE: tl.constexpr, WITH_DX: tl.constexpr, HAS_LO: tl.constexpr,
+                         F64: tl.constexpr, PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
         """One whole chunk of one (b, h), M = 2 NH as two halves. Writes dq, dk to o1, o3 (both halves each), or with
         ROTATE the rotation's transpose: dC_re, dC_im, dB_re, dB_im to o1..o4; with WITH_DX also dx; always the
         decay pieces q.dq - k.dk, k.dk_state, <G, S_in> and the phase gradient dq.Jq + dk.Jk."""
@@ -244,13 +257,14 @@ if HAS_TRITON:
         t = c * Q + offs
         mt, mn, mdd = (offs < Q) & (t < T), offs_n < NH, offs_d < D
         mtn, mtd, mnd = mt[:, None] & mn[None, :], mt[:, None] & mdd[None, :], mn[:, None] & mdd[None, :]
-        a = tl.load(a_ptr + (b * NC * Q + t) * H + h, mask=offs < Q, other=0.)
-        a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
+        a, l_a = load_alpha(a_ptr, al_ptr, (b * NC * Q + t) * H + h, offs < Q, HAS_LO)
+        a_end, l_end = load_alpha_end(a_ptr, al_ptr, (b * NC * Q + c * Q + Q - 1) * H + h, HAS_LO)
         causal = (offs[:, None] >= offs[None, :]) & mt[None, :]
-        w = tl.exp(tl.where(mt, a_end - a, float("-inf")))[:, None]                      # decay to the chunk end
+        w = tl.exp(tl.where(mt, alpha_diff(a_end, l_end, a, l_a, HAS_LO), float("-inf")))[:, None]   # decay to the chunk end
         xs = tl.load(x_ptr + b * sxb + t[:, None] * sxt + h * sxh + offs_d[None, :], mask=mtd, other=0.)  # (BQ, BD)
         dy = tl.load(dy_ptr + b * sdb + t[:, None] * sdt + h * sdh + offs_d[None, :], mask=mtd, other=0.)
-        L = tl.exp(tl.where(causal, a[:, None] - a[None, :], float("-inf")))            # (l, s), masked before exp
+        d = alpha_diff(a[:, None], l_a[:, None], a[None, :], l_a[None, :], HAS_LO)          # a_l - a_s, (l, s)
+        L = tl.exp(tl.where(causal, d, float("-inf")))                                    # masked before exp
         dA = (dot(dy, tl.trans(xs), F64, PREC) * L).to(xs.dtype)                         # P-bar, once per chunk
         qo = q_ptr + b * sqb + t[:, None] * sqt + h * sqh + offs_n[None, :]
         ko = k_ptr + b * skb + t[:, None] * skt + h * skh + offs_n[None, :]
@@ -305,14 +319,15 @@ if HAS_TRITON:
 
 # %% ../../../nbs/05c_triton_chunk_scan.ipynb #ab720506
 def scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos=None, sin=None, bc_dtype=None, with_dx=True,
-                        num_warps=4, num_stages=1, out=None, end_terms_apart=False, kernel=None, **launch):
+                        num_warps=4, num_stages=1, out=None, end_terms_apart=False, kernel=None, alpha_lo=None,
+                        **launch):
     """`scan_dqdk` (with the phase gradient) and `scan_dx` in one launch per (b, chunk, h), for M even and a chunk that
     fits one block. Returns (dq, dk) — or, given cos and sin (B,T,H) of the rotation, (dB_re, dB_im, dC_re, dC_im)
     (B,T,H,M/2) in `bc_dtype` — then dx (None without `with_dx`), dalpha (B, NC*Q, H) and dtheta (B, NC*Q, H).
     `out`: with cos and sin, (dB_re, dB_im, dC_re, dC_im, dx) tensors to write instead (any strides, the four alike).
     `end_terms_apart`: dalpha's pieces (da, kdk, gs) instead of dalpha, for 05a's `phases_backward(end_terms=...)`.
     `kernel`: another kernel with this one's arguments (None: `bwd_chunk_kernel`), `launch` its own constexprs and
-    launch options (`chunk_walk`'s walked kernel: its `SPLIT`, a `maxnreg`)."""
+    launch options (`chunk_walk`'s walked kernel: its `SPLIT`, a `maxnreg`). `alpha_lo` as `scan_y` takes it."""
     Bsz, T, H, M = q.shape
     D, NC, acc = x.shape[-1], alpha.shape[1] // Q, alpha.dtype
     check_block_dims(chunk_size=Q)
@@ -333,9 +348,10 @@ def scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos=None, sin=No
     gs = torch.empty(Bsz, NC, H, dtype=acc, device=q.device)
     cs = (cos, sin) if rotate else (alpha, alpha)                                       # never read without ROTATE
     (kernel or bwd_chunk_kernel)[(Bsz * NC * H,)](
-        q, k, x, dy, alpha, states, dstates, *cs, *outs, dx, da, kdk, gs, dth, *strides3(q), *strides3(k),
-        *strides3(x), *strides3(dy), *strides3(outs[0]), *strides3(dx), T, H, M // 2, D, Q, NC,
-        ROTATE=rotate, WITH_DX=with_dx, F64=acc == torch.float64, PREC=dot_precision(q.dtype),
+        q, k, x, dy, alpha, lo_or(alpha_lo, alpha), states, dstates, *cs, *outs, dx, da, kdk, gs, dth, *strides3(q),
+        *strides3(k), *strides3(x), *strides3(dy), *strides3(outs[0]), *strides3(dx), T, H, M // 2, D, Q, NC,
+        ROTATE=rotate, WITH_DX=with_dx, HAS_LO=alpha_lo is not None, F64=acc == torch.float64,
+        PREC=dot_precision(q.dtype),
         BQ=block_size(Q), BN=block_size(M // 2), BD=block_size(D), num_warps=num_warps, num_stages=num_stages,
         **launch)
     grads = (outs[2], outs[3], outs[0], outs[1]) if rotate else (outs[0], outs[2])

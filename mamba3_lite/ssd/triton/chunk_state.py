@@ -8,12 +8,12 @@ __all__ = ['state_dtype', 'states_forward', 'states_backward', 'rotate_states_fo
 # %% ../../../nbs/05b_triton_chunk_state.ipynb #cd7c2d01
 import torch
 
-from .phases import HAS_TRITON, block_size, dot_precision, one_layout, strides3
+from .phases import HAS_TRITON, block_size, dot_precision, lo_or, one_layout, strides3
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
-    from mamba3_lite.ssd.triton.phases import dot
+    from mamba3_lite.ssd.triton.phases import alpha_diff, dot, load_alpha, load_alpha_end
 
 # %% ../../../nbs/05b_triton_chunk_state.ipynb #e9f5ee3b
 if HAS_TRITON:
@@ -26,21 +26,22 @@ if HAS_TRITON:
         return S
 
     @triton.jit
-    def chunk_decays(a_ptr, b, c, h, T, H, Q, NC, offs_s):
-        """Chunk c of one (b, h): alpha at its last step, its steps' global indices, the mask of real steps (< T), and
-        the decays to the chunk end w_s = e^{alpha_end - alpha_s}, masked to -inf before the exponential (exponent <= 0)."""
-        a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
+    def chunk_decays(a_ptr, al_ptr, b, c, h, T, H, Q, NC, offs_s, HAS_LO: tl.constexpr):
+        """Chunk c of one (b, h): alpha at its last step (hi), its steps' global indices, the mask of real steps (< T),
+        and the decays to the chunk end w_s = e^{alpha_end - alpha_s} (05a's pairs), masked to -inf before the
+        exponential (exponent <= 0)."""
+        a_end, l_end = load_alpha_end(a_ptr, al_ptr, (b * NC * Q + c * Q + Q - 1) * H + h, HAS_LO)
         t_s = c * Q + offs_s
         ms = (offs_s < Q) & (t_s < T)
-        a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
-        return a_end, t_s, ms, tl.exp(tl.where(ms, a_end - a_s, float("-inf")))
+        a_s, l_s = load_alpha(a_ptr, al_ptr, (b * NC * Q + t_s) * H + h, offs_s < Q, HAS_LO)
+        return a_end, t_s, ms, tl.exp(tl.where(ms, alpha_diff(a_end, l_end, a_s, l_s, HAS_LO), float("-inf")))
 
 # %% ../../../nbs/05b_triton_chunk_state.ipynb #dfe4e29e
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])       # lengths vary per call: one compile serves all
-    def state_fwd_kernel(k_ptr, x_ptr, a_ptr, s0_ptr, st_ptr, sf_ptr,
+    def state_fwd_kernel(k_ptr, x_ptr, a_ptr, al_ptr, s0_ptr, st_ptr, sf_ptr,
                           skb, skt, skh, sxb, sxt, sxh, T, H, M, D, Q, NC,
-                          HAS_S0: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
+                          HAS_S0: tl.constexpr, HAS_LO: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
                           BQ: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
         """Sequential over chunks for one (b, h, M-tile, D-tile): store the state entering each chunk, then
         S <- e^{a_end} S + sum_s w_s k_s x_s^T. One loop step is one whole chunk (BQ >= Q rows), so the compiler's
@@ -55,7 +56,7 @@ if HAS_TRITON:
         S = entering_state(s0_ptr, sf_ptr, pid_bh, M, D, md, mmd, HAS_S0, BM, BD)     # fp32; stored copies may be bf16
         for c in range(NC):
             tl.store(st_ptr + ((b * NC + c) * H + h) * M * D + md, S.to(st_ptr.dtype.element_ty), mask=mmd)
-            a_end, t_s, ms, w = chunk_decays(a_ptr, b, c, h, T, H, Q, NC, offs_s)
+            a_end, t_s, ms, w = chunk_decays(a_ptr, al_ptr, b, c, h, T, H, Q, NC, offs_s, HAS_LO)
             kT = tl.load(k_ptr + b * skb + t_s[None, :] * skt + h * skh + offs_m[:, None],
                          mask=(offs_m < M)[:, None] & ms[None, :], other=0.)              # (BM, BQ)
             xs = tl.load(x_ptr + b * sxb + t_s[:, None] * sxt + h * sxh + offs_d[None, :],
@@ -104,18 +105,19 @@ def state_dtype(compute_dtype: torch.dtype, acc_dtype: torch.dtype) -> torch.dty
     "Stored chunk states: in the operands' dtype for bf16/fp16 (every consumer casts them to it for its dot anyway), else `acc_dtype`."
     return compute_dtype if compute_dtype in (torch.bfloat16, torch.float16) else acc_dtype
 
-def states_forward(k, x, alpha, S0, Q, BM=64, BD=64, num_warps=4, num_stages=2):
-    """The forward state pass: k (B,T,H,M), x (B,T,H,D) in one dtype, alpha (B, NC*Q, H) fp32 (fp64 for fp64), S0
-    (B,H,M,D) contiguous in alpha's dtype or None. Returns the states entering each chunk (B, NC, H, M, D) in
-    `state_dtype` and the final state (B, H, M, D) in alpha's dtype."""
+def states_forward(k, x, alpha, S0, Q, BM=64, BD=64, num_warps=4, num_stages=2, alpha_lo=None):
+    """The forward state pass: k (B,T,H,M), x (B,T,H,D) in one dtype, alpha (B, NC*Q, H) fp32 (fp64 for fp64) and
+    `alpha_lo` its low part (05a's pair) or None, S0 (B,H,M,D) contiguous in alpha's dtype or None. Returns the states
+    entering each chunk (B, NC, H, M, D) in `state_dtype` and the final state (B, H, M, D) in alpha's dtype."""
     Bsz, T, H, M = k.shape
     D, NC, acc = x.shape[-1], alpha.shape[1] // Q, alpha.dtype
     BM, BD = min(BM, block_size(M)), min(BD, block_size(D))
     states = torch.empty(Bsz, NC, H, M, D, dtype=state_dtype(k.dtype, acc), device=k.device)
     S_fin = torch.empty(Bsz, H, M, D, dtype=acc, device=k.device)
     grid = (triton.cdiv(M, BM), triton.cdiv(D, BD), Bsz * H)
-    state_fwd_kernel[grid](k, x, alpha, S0 if S0 is not None else S_fin, states, S_fin, *strides3(k), *strides3(x),
-                           T, H, M, D, Q, NC, HAS_S0=S0 is not None, F64=acc == torch.float64, PREC=dot_precision(k.dtype),
+    state_fwd_kernel[grid](k, x, alpha, lo_or(alpha_lo, alpha), S0 if S0 is not None else S_fin, states, S_fin,
+                           *strides3(k), *strides3(x), T, H, M, D, Q, NC, HAS_S0=S0 is not None,
+                           HAS_LO=alpha_lo is not None, F64=acc == torch.float64, PREC=dot_precision(k.dtype),
                            BQ=block_size(Q), BM=BM, BD=BD, num_warps=num_warps, num_stages=num_stages)
     return states, S_fin
 
@@ -138,9 +140,9 @@ def states_backward(q, dy, alpha, dS_fin, Q, stored_dtype, BM=64, BD=64, num_war
 # %% ../../../nbs/05b_triton_chunk_state.ipynb #cca89b08
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])       # lengths vary per call: one compile serves all
-    def rotate_state_fwd_kernel(br_ptr, bi_ptr, cr_ptr, ci_ptr, cos_ptr, sin_ptr, x_ptr, a_ptr, s0_ptr,
+    def rotate_state_fwd_kernel(br_ptr, bi_ptr, cr_ptr, ci_ptr, cos_ptr, sin_ptr, x_ptr, a_ptr, al_ptr, s0_ptr,
                                 q_ptr, k_ptr, st_ptr, sf_ptr, sbb, sbt, sbh, sxb, sxt, sxh, T, H, M, D, Q, NC,
-                                HAS_S0: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
+                                HAS_S0: tl.constexpr, HAS_LO: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
                                 BQ: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):
         """`state_fwd_kernel` reading B and C instead of k: each chunk's rows of this tile of k are rotated on load
         (05a's `rotate_fwd_kernel`, the same arithmetic), stored, and used for the state; the same rows of q are
@@ -159,7 +161,7 @@ if HAS_TRITON:
         S = entering_state(s0_ptr, sf_ptr, pid_bh, M, D, md, mmd, HAS_S0, BM, BD)
         for c in range(NC):
             tl.store(st_ptr + ((b * NC + c) * H + h) * M * D + md, S.to(st_ptr.dtype.element_ty), mask=mmd)
-            a_end, t_s, ms, w = chunk_decays(a_ptr, b, c, h, T, H, Q, NC, offs_s)
+            a_end, t_s, ms, w = chunk_decays(a_ptr, al_ptr, b, c, h, T, H, Q, NC, offs_s, HAS_LO)
             mk = mm[:, None] & ms[None, :]
             co = tl.load(cos_ptr + (b * T + t_s) * H + h, mask=ms, other=0.)[None, :]
             si = tl.load(sin_ptr + (b * T + t_s) * H + h, mask=ms, other=0.)[None, :]
@@ -180,10 +182,11 @@ if HAS_TRITON:
         tl.store(sf_ptr + pid_bh * M * D + md, S, mask=mmd)
 
 # %% ../../../nbs/05b_triton_chunk_state.ipynb #8c3dc806
-def rotate_states_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q, BM=64, BD=64, num_warps=4, num_stages=2):
+def rotate_states_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q, BM=64, BD=64, num_warps=4, num_stages=2,
+                          alpha_lo=None):
     """05a's `rotate_forward` and `states_forward` in one pass: B, C (B,T,H,N) with any (batch, time, head) strides
-    (copied to one layout unless all four share one), cos, sin (B,T,H) fp32, x, alpha, S0 as `states_forward` takes
-    them. Returns q, k (B,T,H,2N) in x's dtype, the states entering each chunk and the final state."""
+    (copied to one layout unless all four share one), cos, sin (B,T,H) fp32, x, alpha, S0, alpha_lo as `states_forward`
+    takes them. Returns q, k (B,T,H,2N) in x's dtype, the states entering each chunk and the final state."""
     bc = one_layout(B_re, B_im, C_re, C_im)                                           # 05a's rule, as rotate_forward
     Bsz, T, H, N = B_re.shape
     M, D, NC, acc = 2 * N, x.shape[-1], alpha.shape[1] // Q, alpha.dtype
@@ -193,8 +196,9 @@ def rotate_states_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q, BM=
     states = torch.empty(Bsz, NC, H, M, D, dtype=state_dtype(x.dtype, acc), device=x.device)
     S_fin = torch.empty(Bsz, H, M, D, dtype=acc, device=x.device)
     grid = (triton.cdiv(M, BM), triton.cdiv(D, BD), Bsz * H)
-    rotate_state_fwd_kernel[grid](*bc, cos, sin, x, alpha, S0 if S0 is not None else S_fin, q, k, states, S_fin,
-                                  *strides3(bc[0]), *strides3(x), T, H, M, D, Q, NC, HAS_S0=S0 is not None,
-                                  F64=acc == torch.float64, PREC=dot_precision(x.dtype), BQ=block_size(Q), BM=BM, BD=BD,
-                                  num_warps=num_warps, num_stages=num_stages)
+    rotate_state_fwd_kernel[grid](*bc, cos, sin, x, alpha, lo_or(alpha_lo, alpha), S0 if S0 is not None else S_fin, q, k,
+                                  states, S_fin, *strides3(bc[0]), *strides3(x), T, H, M, D, Q, NC,
+                                  HAS_S0=S0 is not None, HAS_LO=alpha_lo is not None, F64=acc == torch.float64,
+                                  PREC=dot_precision(x.dtype), BQ=block_size(Q), BM=BM, BD=BD, num_warps=num_warps,
+                                  num_stages=num_stages)
     return q, k, states, S_fin

@@ -14,7 +14,7 @@ from .chunk_scan import scan_backward_chunk
 if HAS_TRITON:
     import triton
     import triton.language as tl
-    from mamba3_lite.ssd.triton.phases import dot
+    from mamba3_lite.ssd.triton.phases import alpha_diff, dot, load_alpha, load_alpha_end
 
 # %% ../../../nbs/05c_triton_chunk_walk.ipynb #c6d7e8f9
 if HAS_TRITON:
@@ -55,12 +55,12 @@ if HAS_TRITON:
 # %% ../../../nbs/05c_triton_chunk_walk.ipynb #f6a7b8c9
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC"])
-    def bwd_chunk_walk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, st_ptr, dst_ptr, cos_ptr, sin_ptr,
+    def bwd_chunk_walk_kernel(q_ptr, k_ptr, x_ptr, dy_ptr, a_ptr, al_ptr, st_ptr, dst_ptr, cos_ptr, sin_ptr,
                               o1_ptr, o2_ptr, o3_ptr, o4_ptr, dx_ptr, da_ptr, kdk_ptr, gs_ptr, dth_ptr,
                               sqb, sqt, sqh, skb, skt, skh, sxb, sxt, sxh, sdb, sdt, sdh, sob, sot, soh, sgb, sgt, sgh,
-                              T, H, NH, D, Q, NC, ROTATE: tl.constexpr, WITH_DX: tl.constexpr, F64: tl.constexpr,
-                              PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
-                              SPLIT: tl.constexpr):
+                              T, H, NH, D, Q, NC, ROTATE: tl.constexpr, WITH_DX: tl.constexpr, HAS_LO: tl.constexpr,
+                              F64: tl.constexpr, PREC: tl.constexpr, BQ: tl.constexpr, BN: tl.constexpr,
+                              BD: tl.constexpr, SPLIT: tl.constexpr):
         """`bwd_chunk_kernel`'s work and outputs, the state index walked in SPLIT blocks of NB = BN // SPLIT: a walk for
         dq, one for dk, two (WITH_DX) for dx's two sums over n; each block's tiles live only inside its iteration."""
         NB: tl.constexpr = BN // SPLIT
@@ -70,15 +70,15 @@ if HAS_TRITON:
         t = c * Q + offs
         mt = (offs < Q) & (t < T)
         mtd = mt[:, None] & (offs_d < D)[None, :]
-        a = tl.load(a_ptr + (b * NC * Q + t) * H + h, mask=offs < Q, other=0.)
-        a_end = tl.load(a_ptr + (b * NC * Q + c * Q + Q - 1) * H + h)
+        a, l_a = load_alpha(a_ptr, al_ptr, (b * NC * Q + t) * H + h, offs < Q, HAS_LO)
+        a_end, l_end = load_alpha_end(a_ptr, al_ptr, (b * NC * Q + c * Q + Q - 1) * H + h, HAS_LO)
         causal = (offs[:, None] >= offs[None, :]) & mt[None, :]
-        w = tl.exp(tl.where(mt, a_end - a, float("-inf")))[:, None]                      # decay to the chunk end
+        w = tl.exp(tl.where(mt, alpha_diff(a_end, l_end, a, l_a, HAS_LO), float("-inf")))[:, None]   # decay to the chunk end
         ea = tl.exp(a)[:, None]
         xs = tl.load(x_ptr + b * sxb + t[:, None] * sxt + h * sxh + offs_d[None, :], mask=mtd, other=0.)  # (BQ, BD)
         dy = tl.load(dy_ptr + b * sdb + t[:, None] * sdt + h * sdh + offs_d[None, :], mask=mtd, other=0.)
-        dA = (dot(dy, tl.trans(xs), F64, PREC)
-              * tl.exp(tl.where(causal, a[:, None] - a[None, :], float("-inf")))).to(xs.dtype)   # P-bar; L not kept
+        d = alpha_diff(a[:, None], l_a[:, None], a[None, :], l_a[None, :], HAS_LO)          # a_l - a_s, (l, s)
+        dA = (dot(dy, tl.trans(xs), F64, PREC) * tl.exp(tl.where(causal, d, float("-inf")))).to(xs.dtype)   # P-bar; L not kept
         if ROTATE:
             co = tl.load(cos_ptr + (b * T + t) * H + h, mask=mt, other=0.)[:, None]
             si = tl.load(sin_ptr + (b * T + t) * H + h, mask=mt, other=0.)[:, None]
@@ -121,7 +121,7 @@ if HAS_TRITON:
                 n = i * NB + offs_b
                 q1, q2, k1, k2 = qk_halves(q_ptr, k_ptr, b, h, t, n, mt, sqb, sqt, sqh, skb, skt, skh, NH)
                 P += dot(q1, tl.trans(k1), F64, PREC) + dot(q2, tl.trans(k2), F64, PREC)
-            L = tl.exp(tl.where(causal, a[:, None] - a[None, :], float("-inf")))        # masked before exp
+            L = tl.exp(tl.where(causal, d, float("-inf")))                                # masked before exp
             dx = dot(tl.trans((P * L).to(dy.dtype)), dy, F64, PREC)
             for i in tl.range(SPLIT):                              # + (w o k) G, block by block into dx
                 n = i * NB + offs_b

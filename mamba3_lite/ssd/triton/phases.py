@@ -5,7 +5,8 @@
 # %% auto #0
 __all__ = ['INTERPRET', 'MAX_BLOCK', 'MAX_SHARED_PER_BLOCK', 'PHASE_PROGRAMS', 'require_triton', 'check_block_dims', 'block_size',
            'dot_precision', 'strides3', 'device_capability', 'one_layout', 'rotate_forward', 'rotate_backward',
-           'tile_sums', 'chunks_per_tile', 'tiles_per_program', 'phases_forward', 'phases_backward', 'HAS_TRITON']
+           'tile_sums', 'lo_or', 'chunks_per_tile', 'tiles_per_program', 'phases_forward', 'phases_backward',
+           'HAS_TRITON']
 
 # %% ../../../nbs/05a_triton_phases.ipynb #24fad4d6
 import os
@@ -195,9 +196,10 @@ def tile_sums(dt, A_im, Q, CB, splits):
 # %% ../../../nbs/05a_triton_phases.ipynb #65200276
 if HAS_TRITON:
     @triton.jit(do_not_specialize=["T", "NC", "TPS"])
-    def phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, sums_ptr, a_ptr, cos_ptr, sin_ptr, thend_ptr,
+    def phases_fwd_kernel(dt_ptr, are_ptr, aim_ptr, sums_ptr, a_ptr, al_ptr, cos_ptr, sin_ptr, thend_ptr,
                            sdb, sdt, sdh, T, H, Q, NC, TPS, BQ: tl.constexpr, CB: tl.constexpr):
-        """One (b, h), tiles [s TPS, (s+1) TPS) of it: alpha = chunk-local cumsum of softplus(dt) Re A (fp32); theta =
+        """One (b, h), tiles [s TPS, (s+1) TPS) of it: alpha = chunk-local cumsum of softplus(dt) Re A, summed in fp64 and
+        stored as the fp32 pair (hi at a_ptr, lo at al_ptr) that `alpha_diff` differences; theta =
         fp64 running sum of softplus(dt) Im A mod 2pi. One loop step takes a tile of CB chunks x BQ steps: few, wide
         steps instead of NC narrow ones. A program first adds up the phase of the tiles before its own (`tile_sums_kernel`'s
         sums, read from `sums_ptr` (B*H, tiles)) in the order the first program adds them, so any split gives the same bits."""
@@ -217,7 +219,10 @@ if HAS_TRITON:
             m = inq & (t < T)
             x = tl.load(dt_ptr + b * sdb + t * sdt + h * sdh, mask=m, other=0.).to(tl.float32)
             sp = tl.where(m, _softplus(x), 0.0)                                    # padded steps: no decay, no phase
-            tl.store(a_ptr + (b * NC * Q + t) * H + h, tl.cumsum(sp * a_re, axis=1), mask=inq)
+            a64 = tl.cumsum((sp * a_re).to(tl.float64), axis=1)                    # fp32 steps, summed in fp64
+            a_hi = a64.to(tl.float32)
+            tl.store(a_ptr + (b * NC * Q + t) * H + h, a_hi, mask=inq)
+            tl.store(al_ptr + (b * NC * Q + t) * H + h, (a64 - a_hi.to(tl.float64)).to(tl.float32), mask=inq)
             bb = sp.to(tl.float64) * a_im
             row = tl.sum(bb, axis=1)                                                # (CB,) each chunk's phase
             th = carry + (tl.cumsum(row, axis=0) - row)[:, None] + tl.cumsum(bb, axis=1)   # earlier chunks + this one
@@ -231,6 +236,38 @@ if HAS_TRITON:
             kk = (carry / two_pi).to(tl.int64).to(tl.float64)
             kk = tl.where(kk * two_pi > carry, kk - 1.0, kk)
             tl.store(thend_ptr + pid, (carry - kk * two_pi).to(tl.float32))
+
+# %% ../../../nbs/05a_triton_phases.ipynb #a9a19185
+if HAS_TRITON:
+    @triton.jit
+    def load_alpha(a_ptr, al_ptr, offs, mask, HAS_LO: tl.constexpr):
+        "alpha's pair at `offs` as (hi, lo); without HAS_LO (a single alpha, no pair) lo is hi and never read."
+        hi = tl.load(a_ptr + offs, mask=mask, other=0.)
+        lo = hi
+        if HAS_LO:
+            lo = tl.load(al_ptr + offs, mask=mask, other=0.)
+        return hi, lo
+
+    @triton.jit
+    def load_alpha_end(a_ptr, al_ptr, off, HAS_LO: tl.constexpr):
+        "The pair at one offset (a chunk's last step), unmasked."
+        hi = tl.load(a_ptr + off)
+        lo = hi
+        if HAS_LO:
+            lo = tl.load(al_ptr + off)
+        return hi, lo
+
+    @triton.jit
+    def alpha_diff(hi_i, lo_i, hi_j, lo_j, HAS_LO: tl.constexpr):
+        "alpha_i - alpha_j from two pairs (broadcast as the operands are): the his' difference, then the los'."
+        d = hi_i - hi_j
+        if HAS_LO:
+            d += lo_i - lo_j
+        return d
+
+def lo_or(alpha_lo, alpha):
+    "The pointer a kernel takes for alpha's low part: `alpha_lo`, or alpha standing in (never read without HAS_LO)."
+    return alpha if alpha_lo is None else alpha_lo
 
 # %% ../../../nbs/05a_triton_phases.ipynb #7353de90
 if HAS_TRITON:
@@ -306,19 +343,20 @@ def tiles_per_program(Bsz: int, H: int, NC: int, CB: int, summed: bool = False) 
 def phases_forward(dt, A_re, A_im, Q, CB=None):
     """`chunk_log_decays_and_phases` on one kernel: dt (B,T,H) any strides, A_re and A_im (H,) fp32 contiguous;
     `CB` chunks per loop step (default `chunks_per_tile`).
-    Returns alpha (B, NC*Q, H) fp32 (chunk-local cumulative log-decay, padded steps without decay), cos and sin of the
-    phase theta (B,T,H) fp32 (theta summed in fp64 and reduced mod 2pi), and theta_end (B,H) fp32."""
+    Returns alpha and alpha_lo (B, NC*Q, H) fp32 (the chunk-local cumulative log-decay summed in fp64, as a hi + lo pair;
+    padded steps without decay), cos and sin of the phase theta (B,T,H) fp32 (theta summed in fp64 and reduced mod 2pi),
+    and theta_end (B,H) fp32."""
     Bsz, T, H = dt.shape
     NC = triton.cdiv(T, Q)
-    alpha = torch.empty(Bsz, NC * Q, H, dtype=torch.float32, device=dt.device)
+    alpha, alpha_lo = (torch.empty(Bsz, NC * Q, H, dtype=torch.float32, device=dt.device) for _ in range(2))
     cos, sin = (torch.empty(Bsz, T, H, dtype=torch.float32, device=dt.device) for _ in range(2))
     theta_end = torch.empty(Bsz, H, dtype=torch.float32, device=dt.device)
     CB = CB or chunks_per_tile(Q)
     tps, splits = tiles_per_program(Bsz, H, NC, CB, summed=True)
     sums = tile_sums(dt, A_im, Q, CB, splits)
-    phases_fwd_kernel[(Bsz * H, splits)](dt, A_re, A_im, sums, alpha, cos, sin, theta_end, *dt.stride(), T, H, Q, NC, tps,
-                                         BQ=block_size(Q), CB=CB)
-    return alpha, cos, sin, theta_end
+    phases_fwd_kernel[(Bsz * H, splits)](dt, A_re, A_im, sums, alpha, alpha_lo, cos, sin, theta_end, *dt.stride(), T, H,
+                                         Q, NC, tps, BQ=block_size(Q), CB=CB)
+    return alpha, alpha_lo, cos, sin, theta_end
 
 def phases_backward(dt, A_re, A_im, dalpha, dtheta, dtheta_end, Q, CB=None, end_terms=None, out=None):
     """The transpose of `phases_forward`: dalpha and dtheta (B, NC*Q, H) fp32, dtheta_end (B,H) or None. Returns

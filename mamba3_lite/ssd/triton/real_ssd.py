@@ -70,30 +70,32 @@ def cotangent(dy, x):
     "dy in x's dtype with a unit last stride; zeros where autograd passes None (only the final state was used)."
     return torch.zeros_like(x) if dy is None else _unit_last(dy.to(x.dtype))
 
-def scan_forward(q, k, x, alpha, S0, Q, tune=None):
+def scan_forward(q, k, x, alpha, S0, Q, tune=None, alpha_lo=None):
     """The chunked scan on rotated q, k: 05b's state pass, then 05c's output. q, k (B,T,H,M) and x (B,T,H,D) in one
     compute dtype with a unit last stride; alpha (B, NC*Q, H) chunk-local cumulative log-decay in the state dtype (fp32;
-    fp64 for gradcheck); S0 (B,H,M,D) contiguous in that dtype, or None; `tune` defaults to `tune_for` q's device.
-    Returns y (B,T,H,D) in x's dtype and the final state (B,H,M,D)."""
+    fp64 for gradcheck) and `alpha_lo` its low part (05a's pair) or None; S0 (B,H,M,D) contiguous in that dtype, or
+    None; `tune` defaults to `tune_for` q's device. Returns y (B,T,H,D) in x's dtype and the final state (B,H,M,D)."""
     tune = tune or tune_for(device_capability(q))
-    states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(k)))
-    y = scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune))
+    states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(k)), alpha_lo=alpha_lo)
+    y = scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune), alpha_lo=alpha_lo)
     return y, S_fin
 
-def scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False, tune=None, states=None):
+def scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, want_dtheta=False, tune=None, states=None, alpha_lo=None):
     """The scan's backward for cotangents dy (B,T,H,D) and dS_fin (B,H,M,D) (either may be None): the entering states
     (recomputed unless given), the reverse state pass, dx, then dq, dk and the decay (and, with `want_dtheta`, phase)
-    gradients. Returns dq, dk (q's dtype), dx (x's dtype), dalpha (B, NC*Q, H), dS0 (None without S0), dtheta or None."""
+    gradients (`alpha_lo` as `scan_forward` takes it; one gradient serves both parts of the pair). Returns dq, dk (q's
+    dtype), dx (x's dtype), dalpha (B, NC*Q, H), dS0 (None without S0), dtheta or None."""
     tune = tune or tune_for(device_capability(q))
     dy = cotangent(dy, x)
     if states is None:
-        states, _ = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(k)))
+        states, _ = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(k)), alpha_lo=alpha_lo)
     dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype,
                                    **state_blocks(tune, batch_head_pairs(q), backward=True))
     dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
-                 num_stages=tune["stages"])
+                 num_stages=tune["stages"], alpha_lo=alpha_lo)
     dq, dk, dalpha, dtheta = scan_dqdk(q, k, x, dy, alpha, states, dstates, Q, want_dtheta, BC=tune["BC_dqdk"],
-                                       BM=tune["BM_dqdk"], num_warps=tune["warps_dqdk"], num_stages=tune["stages_dqdk"])
+                                       BM=tune["BM_dqdk"], num_warps=tune["warps_dqdk"], num_stages=tune["stages_dqdk"],
+                                       alpha_lo=alpha_lo)
     return dq, dk, dx, dalpha, (dS0 if S0 is not None else None), dtheta
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #05675b1a
@@ -109,7 +111,8 @@ def chunk_backward(tune, M):
                                  num_warps=tune["walk_warps"], num_stages=tune["stages_chunk"])
     return functools.partial(scan_backward_chunk, num_warps=tune["warps_chunk"], num_stages=tune["stages_chunk"])
 
-def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype, states, tune=None, out=None):
+def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype, states, tune=None, out=None,
+                          alpha_lo=None):
     """The scan's backward through the rotation: `scan_backward` with the phase gradient, then the rotation's
     transpose — as 05c's one kernel (in the form `chunk_backward` picks) where `one_kernel_backward` allows, else the
     two-kernel scan and 05a's `rotate_backward`. `states`: the forward's entering states. Returns dB_re, dB_im, dC_re, dC_im
@@ -117,17 +120,17 @@ def scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype,
     and gives dalpha as its pieces (da, kdk, gs), for `phases_backward(end_terms=...)` to finish."""
     tune = tune or tune_for(device_capability(q))
     if not one_kernel_backward(tune, Q, q.shape[-1]):
-        dq, dk, dx, dalpha, dS0, dtheta = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, True, tune, states)
+        dq, dk, dx, dalpha, dS0, dtheta = scan_backward(q, k, x, alpha, S0, Q, dy, dS_fin, True, tune, states, alpha_lo)
         return (*rotate_backward(cos, sin, dq, dk, [bc_dtype] * 4, block_rows=tune["BR_rot"]), dx, dalpha, dS0, dtheta)
     dy = cotangent(dy, x)
     dstates, dS0 = states_backward(q, dy, alpha, dS_fin, Q, states.dtype,
                                    **state_blocks(tune, batch_head_pairs(q), backward=True))
     bc, dx, dalpha, dtheta = chunk_backward(tune, q.shape[-1])(q, k, x, dy, alpha, states, dstates, Q, cos, sin,
                                                                bc_dtype, with_dx=tune["chunk_dx"], out=out,
-                                                               end_terms_apart=True)
+                                                               end_terms_apart=True, alpha_lo=alpha_lo)
     if dx is None:
         dx = scan_dx(q, k, dy, alpha, dstates, Q, BC=tune["BC"], BD=tune["BD_scan"], num_warps=tune["warps_dx"],
-                     num_stages=tune["stages"])
+                     num_stages=tune["stages"], alpha_lo=alpha_lo)
     return (*bc, dx, dalpha, (dS0 if S0 is not None else None), dtheta)
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #d30ed040
@@ -137,37 +140,40 @@ def operand_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _forward_kernels(x, B_re, B_im, C_re, C_im, dt, A_re, A_im, S0, Q):
     """Decays and phases, rotation, state pass and scan, x already in the operand dtype. Returns y (x's dtype), S_fin,
-    theta_end, q, k, alpha, cos, sin and the chunk states (kept: the backward reads them)."""
+    theta_end, q, k, alpha and alpha_lo (05a's pair), cos, sin and the chunk states (kept: the backward reads them)."""
     tune = tune_for(device_capability(x))
-    alpha, cos, sin, th_end = phases_forward(dt, A_re.float().contiguous(), A_im.float().contiguous(), Q)
+    alpha, alpha_lo, cos, sin, th_end = phases_forward(dt, A_re.float().contiguous(), A_im.float().contiguous(), Q)
+    blocks = state_blocks(tune, batch_head_pairs(x))
     if tune["rotate_in_state"]:                 # 05b's one pass for both: measured, not faster at these tiles (05b)
-        q, k, states, S_fin = rotate_states_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q,
-                                                    **state_blocks(tune, batch_head_pairs(x)))
+        q, k, states, S_fin = rotate_states_forward(B_re, B_im, C_re, C_im, cos, sin, x, alpha, S0, Q, **blocks,
+                                                    alpha_lo=alpha_lo)
     else:
         q, k = rotate_forward(B_re, B_im, C_re, C_im, cos, sin, x.dtype, block_rows=tune["BR_rot"])
-        states, S_fin = states_forward(k, x, alpha, S0, Q, **state_blocks(tune, batch_head_pairs(x)))
-    y = scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune))
-    return y, S_fin, th_end, q, k, alpha, cos, sin, states
+        states, S_fin = states_forward(k, x, alpha, S0, Q, **blocks, alpha_lo=alpha_lo)
+    y = scan_y(q, k, x, alpha, states, Q, **scan_y_blocks(tune), alpha_lo=alpha_lo)
+    return y, S_fin, th_end, q, k, alpha, alpha_lo, cos, sin, states
 
 def _forward_fakes(like, Bsz, T, H, D, N, Q, cd):
     "Empty tensors shaped as `_forward_kernels`' results (y in `like`'s dtype), for the ops' fake implementations."
     f32, NC = dict(dtype=torch.float32, device=like.device), -(-T // Q)
     return (like.new_empty(Bsz, T, H, D), like.new_empty(Bsz, H, 2 * N, D, **f32), like.new_empty(Bsz, H, **f32),
             like.new_empty(Bsz, T, H, 2 * N, dtype=cd), like.new_empty(Bsz, T, H, 2 * N, dtype=cd),
-            like.new_empty(Bsz, NC * Q, H, **f32), like.new_empty(Bsz, T, H, **f32), like.new_empty(Bsz, T, H, **f32),
+            like.new_empty(Bsz, NC * Q, H, **f32), like.new_empty(Bsz, NC * Q, H, **f32),
+            like.new_empty(Bsz, T, H, **f32), like.new_empty(Bsz, T, H, **f32),
             like.new_empty(Bsz, NC, H, 2 * N, D, dtype=state_dtype(cd, torch.float32)))
 
 def ssd_kernels_forward(x: torch.Tensor, A_re: torch.Tensor, A_im: torch.Tensor, B_re: torch.Tensor, B_im: torch.Tensor,
                  C_re: torch.Tensor, C_im: torch.Tensor, dt: torch.Tensor, S0: Optional[torch.Tensor], Q: int
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The forward kernels in order: decays and phases, rotation, state pass and scan. Returns y, S_fin, theta_end and
-    what the backward reads: q, k, xk, alpha, cos, sin, dtc and the chunk states. Wrapped below as the custom op `ssd_real_fwd`."""
+    what the backward reads: q, k, xk, alpha, alpha_lo, cos, sin, dtc and the chunk states. Wrapped below as the custom op `ssd_real_fwd`."""
     # own copies: x and dt are usually slices of the in_proj output, and keeping a slice for the backward would keep
     # the whole projection alive (5x x's size at the default shapes); an op's outputs must not alias its inputs anyway
     xk = x.to(operand_dtype(x.dtype), copy=True).contiguous()
     dtc = dt.clone(memory_format=torch.contiguous_format)
-    y, S_fin, th_end, q, k, alpha, cos, sin, states = _forward_kernels(xk, B_re, B_im, C_re, C_im, dtc, A_re, A_im, S0, Q)
-    return y.to(x.dtype), S_fin, th_end, q, k, xk, alpha, cos, sin, dtc, states
+    y, S_fin, th_end, q, k, alpha, alpha_lo, cos, sin, states = _forward_kernels(xk, B_re, B_im, C_re, C_im, dtc, A_re,
+                                                                                 A_im, S0, Q)
+    return y.to(x.dtype), S_fin, th_end, q, k, xk, alpha, alpha_lo, cos, sin, dtc, states
 
 # one opaque node for torch.compile (not a graph break)
 ssd_real_fwd = torch.library.custom_op("mamba3_lite::ssd_real_fwd", ssd_kernels_forward, mutates_args=())
@@ -177,17 +183,18 @@ def _(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, S0, Q):
     "Shapes and dtypes only, so torch.compile can trace through the op without running a kernel."
     Bsz, T, H, D = x.shape
     cd = operand_dtype(x.dtype)
-    y, S_fin, th_end, q, k, alpha, cos, sin, states = _forward_fakes(x, Bsz, T, H, D, B_re.shape[-1], Q, cd)
-    return y, S_fin, th_end, q, k, x.new_empty(Bsz, T, H, D, dtype=cd), alpha, cos, sin, dt.new_empty(Bsz, T, H), states
+    y, S_fin, th_end, q, k, alpha, alpha_lo, cos, sin, states = _forward_fakes(x, Bsz, T, H, D, B_re.shape[-1], Q, cd)
+    return (y, S_fin, th_end, q, k, x.new_empty(Bsz, T, H, D, dtype=cd), alpha, alpha_lo, cos, sin, dt.new_empty(Bsz, T, H),
+            states)
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #f508d142
-def _backward_kernels(dy, dS_fin, dth_end, q, k, x, alpha, cos, sin, dt, states, A_re, A_im, S0, Q, bc_dtype, out=None,
-                      out_ddt=None):
+def _backward_kernels(dy, dS_fin, dth_end, q, k, x, alpha, alpha_lo, cos, sin, dt, states, A_re, A_im, S0, Q, bc_dtype,
+                      out=None, out_ddt=None):
     """The scan's backward through the rotation (`scan_backward_rotated`, into `out` where it can), then the phases'
     transpose (d(dt) into `out_ddt` if given). Returns (dB_re, dB_im, dC_re, dC_im), dx, ddt, dA_re, dA_im, dS0
     (without S0 an unread one-element placeholder: an op returns tensors)."""
     *dbc, dx, dalpha, dS0, dtheta = scan_backward_rotated(q, k, x, alpha, S0, Q, dy, dS_fin, cos, sin, bc_dtype, states,
-                                                          out=out)
+                                                          out=out, alpha_lo=alpha_lo)
     ends = None
     if isinstance(dalpha, tuple):             # the one kernel's pieces: their chunk-end terms are added in 05a's kernel
         dalpha, kdk, gs = dalpha; ends = (kdk, gs, alpha)
@@ -197,20 +204,20 @@ def _backward_kernels(dy, dS_fin, dth_end, q, k, x, alpha, cos, sin, dt, states,
     return dbc, dx, ddt, dare.to(A_re.dtype), daim.to(A_im.dtype), dS0
 
 def ssd_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Tensor], dth_end: Optional[torch.Tensor],
-                 q: torch.Tensor, k: torch.Tensor, xk: torch.Tensor, alpha: torch.Tensor, cos: torch.Tensor,
+                 q: torch.Tensor, k: torch.Tensor, xk: torch.Tensor, alpha: torch.Tensor, alpha_lo: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor, dtc: torch.Tensor, states: torch.Tensor, A_re: torch.Tensor, A_im: torch.Tensor, S0: Optional[torch.Tensor],
                  Q: int, x_dtype: torch.dtype, bc_dtype: torch.dtype
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward kernels in order: the scan's backward, the rotation's transpose, the phases' transpose (the op `ssd_real_bwd`).
     Returns [dx, dA_re, dA_im, dB_re, dB_im, dC_re, dC_im, ddt, dS0] (dS0 a placeholder without S0)."""
-    dbc, dx, ddt, dare, daim, dS0 = _backward_kernels(dy, dS_fin, dth_end, q, k, xk, alpha, cos, sin, dtc, states,
-                                                      A_re, A_im, S0, Q, bc_dtype)
+    dbc, dx, ddt, dare, daim, dS0 = _backward_kernels(dy, dS_fin, dth_end, q, k, xk, alpha, alpha_lo, cos, sin, dtc,
+                                                      states, A_re, A_im, S0, Q, bc_dtype)
     return dx.to(x_dtype), dare, daim, *dbc, ddt, dS0
 
 ssd_real_bwd = torch.library.custom_op("mamba3_lite::ssd_real_bwd", ssd_kernels_backward, mutates_args=())
 
 @ssd_real_bwd.register_fake
-def _(dy, dS_fin, dth_end, q, k, xk, alpha, cos, sin, dtc, states, A_re, A_im, S0, Q, x_dtype, bc_dtype):
+def _(dy, dS_fin, dth_end, q, k, xk, alpha, alpha_lo, cos, sin, dtc, states, A_re, A_im, S0, Q, x_dtype, bc_dtype):
     Bsz, T, H, M = q.shape
     bc = [q.new_empty(Bsz, T, H, M // 2, dtype=bc_dtype) for _ in range(4)]
     dS0 = torch.empty_like(S0) if S0 is not None else alpha.new_empty(1, 1, 1)
@@ -224,11 +231,11 @@ def _setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)          # unused outputs (the final state, mostly) get None, not a zero-filled tensor
 
 def _backward(ctx, *grads):
-    q, k, xk, alpha, cos, sin, dtc, states, A_re, A_im, S0 = ctx.saved_tensors
+    q, k, xk, alpha, alpha_lo, cos, sin, dtc, states, A_re, A_im, S0 = ctx.saved_tensors
     Q, x_dtype, bc_dtype, has_s0 = ctx.meta
     dy, dS_fin, dth_end = grads[:3]                                       # the saved outputs get no gradient
     dx, dare, daim, dB_re, dB_im, dC_re, dC_im, ddt, dS0 = ssd_real_bwd(
-        dy, dS_fin, dth_end, q, k, xk, alpha, cos, sin, dtc, states, A_re, A_im, S0, Q, x_dtype, bc_dtype)
+        dy, dS_fin, dth_end, q, k, xk, alpha, alpha_lo, cos, sin, dtc, states, A_re, A_im, S0, Q, x_dtype, bc_dtype)
     return dx, dare, daim, dB_re, dB_im, dC_re, dC_im, ddt, (dS0 if has_s0 else None), None
 
 ssd_real_fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -262,9 +269,9 @@ def packed_parts(proj, H: int, D: int, N: int):
 
 def ssd_packed_kernels_forward(proj: torch.Tensor, A_re: torch.Tensor, A_im: torch.Tensor, S0: Optional[torch.Tensor],
                                Q: int, H: int, D: int, N: int
-                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`ssd_kernels_forward` on the projection's slices, read in place. Returns y, S_fin, theta_end and what the
-    backward reads besides the projection: q, k, alpha, cos, sin, the chunk states."""
+    backward reads besides the projection: q, k, alpha, alpha_lo, cos, sin, the chunk states."""
     if proj.stride(-1) != 1:      # x.to below is a view: the kernels would read its features at the wrong addresses
         raise ValueError(f"ssd_real_packed_triton: proj must have a unit last stride, got strides {tuple(proj.stride())} "
                          "(pass proj.contiguous())")
@@ -284,7 +291,8 @@ def _(proj, A_re, A_im, S0, Q, H, D, N):
 
 # %% ../../../nbs/05d_triton_real_ssd.ipynb #ee86ce0f
 def ssd_packed_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Tensor], dth_end: Optional[torch.Tensor],
-                                proj: torch.Tensor, q: torch.Tensor, k: torch.Tensor, alpha: torch.Tensor, cos: torch.Tensor,
+                                proj: torch.Tensor, q: torch.Tensor, k: torch.Tensor, alpha: torch.Tensor,
+                                alpha_lo: torch.Tensor, cos: torch.Tensor,
                                 sin: torch.Tensor, states: torch.Tensor, A_re: torch.Tensor, A_im: torch.Tensor,
                                 S0: Optional[torch.Tensor], Q: int, H: int, D: int, N: int
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -292,7 +300,7 @@ def ssd_packed_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[tor
     x, _, _, _, _, dt = packed_parts(proj, H, D, N)
     dproj = torch.empty_like(proj)
     dx_v, *dbc_v, ddt_v = packed_parts(dproj, H, D, N)
-    dbc, dx, ddt, dare, daim, dS0 = _backward_kernels(dy, dS_fin, dth_end, q, k, x.to(q.dtype), alpha, cos, sin, dt,
+    dbc, dx, ddt, dare, daim, dS0 = _backward_kernels(dy, dS_fin, dth_end, q, k, x.to(q.dtype), alpha, alpha_lo, cos, sin, dt,
                                                       states, A_re, A_im, S0, Q, proj.dtype, out=(*dbc_v, dx_v),
                                                       out_ddt=ddt_v)
     for view, g in zip((*dbc_v, dx_v, ddt_v), (*dbc, dx, ddt)):
@@ -304,7 +312,7 @@ ssd_real_packed_bwd = torch.library.custom_op("mamba3_lite::ssd_real_packed_bwd"
                                               tags=(torch.Tag.needs_fixed_stride_order,))
 
 @ssd_real_packed_bwd.register_fake
-def _(dy, dS_fin, dth_end, proj, q, k, alpha, cos, sin, states, A_re, A_im, S0, Q, H, D, N):
+def _(dy, dS_fin, dth_end, proj, q, k, alpha, alpha_lo, cos, sin, states, A_re, A_im, S0, Q, H, D, N):
     dS0 = torch.empty_like(S0) if S0 is not None else alpha.new_empty(1, 1, 1)
     return torch.empty_like(proj), torch.empty_like(A_re), torch.empty_like(A_im), dS0
 
