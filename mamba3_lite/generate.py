@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from .model import ModelConfig, Mamba3Transformer, sample_next
-from .runtime import env_flag, error_line
+from .runtime import env_flag, error_line, gpu_memory_detail
 from .data.tokenizer import TOKENIZERS, TOKENIZER_FILE, StreamDecoder, get_tokenizer, infer_tokenizer, read_tokenizer_record
 from .train.checkpoint import CheckpointError, CheckpointManager
 from .train.export import CHECKSUMS, from_pretrained
@@ -147,7 +147,7 @@ def _prompt(arg: str | None, stdin) -> str:
     return arg or ""
 
 def main(argv=None, stdin=None, stdout=None) -> int:
-    "The command line; 0, or 2 after a one-line `error: ...` (a missing or damaged model, a bad option)."
+    "The command line; 0, or 2 after a one-line `error: ...` (a missing or damaged model, a bad option, a GPU too small)."
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     try:
@@ -165,9 +165,11 @@ def main(argv=None, stdin=None, stdout=None) -> int:
         generate_text(model, tok, prompt, args.max_new_tokens, args.temperature, args.top_k or None, args.seed, stream=emit)
         stdout.write("\n"); stdout.flush()
         return 0
-    except (GenerateError, ValueError, OSError) as e:
+    except (GenerateError, ValueError, OSError, torch.OutOfMemoryError) as e:
         if args.debug or env_flag("MAMBA3_LITE_DEBUG"): traceback.print_exc()
-        print(f"error: {error_line(e)}", file=sys.stderr)
+        oom = isinstance(e, torch.OutOfMemoryError)
+        print(f"error: out of GPU memory{gpu_memory_detail(e)} on {args.device}: free the GPU, use a larger one or --device cpu"
+              if oom else f"error: {error_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         stdout.write("\n"); return 130

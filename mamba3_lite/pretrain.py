@@ -9,7 +9,7 @@ __all__ = ['ASSUMED_GPU_MFU', 'CPU_EFFICIENCY', 'ACT_FACTOR', 'CKPT_ACT_FACTOR',
            'val_bits_per_byte', 'main']
 
 # %% ../nbs/08_pretrain.ipynb #2f5a431c
-import argparse, builtins, inspect, io, json, os, re, sys, textwrap, time, traceback
+import argparse, builtins, inspect, io, json, os, sys, textwrap, time, traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import get_type_hints
@@ -18,7 +18,7 @@ import torch
 
 from .model import ModelConfig, Mamba3Transformer
 from .loss import linear_cross_entropy
-from .runtime import env_flag, error_line, launch_env
+from .runtime import env_flag, error_line, gpu_memory_detail, launch_env
 from .ssd import TRITON_ENV_VAR
 from .data.shards import ShardError
 from .data.tokenizer import bits_per_byte, get_tokenizer
@@ -275,9 +275,7 @@ class GPUMemoryError(RuntimeError):
 
 def gpu_memory_error(e: BaseException) -> GPUMemoryError:
     "PyTorch's out-of-memory report (many lines of allocator detail) as one line: the request, the card, the ways on."
-    want, card = (re.search(pat, str(e)) for pat in (r"Tried to allocate ([\d.]+ [KMGT]?i?B)", r"total capacity of ([\d.]+ [KMGT]?i?B)"))
-    what = " on a GPU of ".join(m[1] for m in (want, card) if m)
-    return GPUMemoryError(f"out of GPU memory{f' (tried to allocate {what})' if what else ''}: lower --batch_size and raise "
+    return GPUMemoryError(f"out of GPU memory{gpu_memory_detail(e)}: lower --batch_size and raise "
                           "--gradient_accumulation_steps (the same tokens per step), or set --model.grad_checkpoint true; "
                           "--dry-run estimates a run's memory, --debug shows PyTorch's report")
 

@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['TRUTHY', 'FALSY', 'parse_bool', 'env_flag', 'LaunchEnv', 'launch_env', 'fsync_file', 'fsync_dir', 'sha256_file',
-           'temp_sibling', 'write_atomic', 'publish_dir', 'error_line']
+           'temp_sibling', 'write_atomic', 'publish_dir', 'error_line', 'gpu_memory_detail']
 
 # %% ../nbs/00b_runtime.ipynb #880eed1d
-import errno, hashlib, os, shutil, uuid
+import errno, hashlib, os, re, shutil, uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,3 +112,9 @@ def error_line(e: BaseException) -> str:
         paths = [os.fsdecode(p) for p in (e.filename, e.filename2) if p is not None]
         return f"{e.strerror} ({' -> '.join(paths)})" if paths else e.strerror
     return str(e) or type(e).__name__
+
+def gpu_memory_detail(e: BaseException) -> str:
+    "PyTorch's out-of-memory report (many lines of allocator detail) cut to ` (tried to allocate X on a GPU of Y)`, or ''."
+    want, card = (re.search(pat, str(e)) for pat in (r"Tried to allocate ([\d.]+ [KMGT]?i?B)", r"total capacity of ([\d.]+ [KMGT]?i?B)"))
+    what = " on a GPU of ".join(m[1] for m in (want, card) if m)
+    return f" (tried to allocate {what})" if what else ""

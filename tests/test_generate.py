@@ -114,3 +114,16 @@ def test_cli_bad_options_and_paths(tmp_path, run, capsys):
         assert err.startswith("error: ") and message in err, err
     r = cli(tmp_path / "nowhere", "--debug")
     assert r.returncode == 2 and "Traceback" in r.stderr and "error: " in r.stderr
+
+
+def test_cli_out_of_gpu_memory_is_one_line(run, capsys, monkeypatch):
+    "PyTorch's out-of-memory report (a paragraph) as one line naming the two numbers and the way on; exit 2, no traceback."
+    import mamba3_lite.generate as gen
+    def too_big(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                                     "7.79 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process ...")
+    monkeypatch.setattr(gen, "generate_text", too_big)          # no GPU here to fill: the error as PyTorch raises it
+    assert main([str(run), "x", "--max_new_tokens", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()          # the model's info line, then the error
+    assert err[1:] == ["error: out of GPU memory (tried to allocate 2.00 GiB on a GPU of 7.79 GiB) on cpu: free the GPU, "
+                       "use a larger one or --device cpu"], err

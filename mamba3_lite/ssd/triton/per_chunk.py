@@ -8,13 +8,14 @@ __all__ = ['split_complex', 'per_chunk_backward_config', 'per_chunk_ssd_triton']
 # %% ../../../nbs/05e_triton_per_chunk.ipynb #7ca0e170
 import torch
 
+from ..chunk import split_wide
 from .phases import (HAS_TRITON, block_size, check_block_dims, device_capability, dot_precision,
                                            require_triton)
 
 if HAS_TRITON:
     import triton
     import triton.language as tl
-    from mamba3_lite.ssd.triton.phases import dot
+    from mamba3_lite.ssd.triton.phases import alpha_diff, dot, load_alpha
 
 # %% ../../../nbs/05e_triton_per_chunk.ipynb #b58dbd3f
 def split_complex(z: torch.Tensor):
@@ -28,14 +29,25 @@ def _planes(z: torch.Tensor, rd: torch.dtype):
     re, im = split_complex(z) if z.is_complex() else (z.contiguous(), torch.zeros_like(z))
     return re.to(rd), im.to(rd)
 
+def _lam_planes(A_log: torch.Tensor, rd: torch.dtype):
+    """Lambda's planes for the kernels, (re, im, re_lo, im_lo, has_lo): a complex128 Lambda taken in fp32 comes as 05a's
+    pairs (chapter 02's `split_wide` of each plane), every difference as exact as in fp64; otherwise the planes alone
+    (the low parts stand in, never read)."""
+    re, im = split_complex(A_log)
+    if A_log.dtype == torch.complex128 and rd == torch.float32:
+        (re, re_lo), (im, im_lo) = split_wide(re, rd), split_wide(im, rd)
+        return re, im, re_lo, im_lo, True
+    re, im = re.to(rd), im.to(rd)
+    return re, im, re, im, False
+
 def _real_dtype(z: torch.Tensor) -> torch.dtype:
     return torch.float64 if z.dtype in (torch.complex128, torch.float64) else torch.float32
 
 # %% ../../../nbs/05e_triton_per_chunk.ipynb #f54d1ee4
 if HAS_TRITON:
     @triton.jit
-    def _pc_fwd_kernel(Br, Bi, Cr, Ci, Xr, Xi, Ar, Ai, Dr, Di, Yr, Yi, Sr, Si, H, Q, N, P,
-                       X_COMPLEX: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
+    def _pc_fwd_kernel(Br, Bi, Cr, Ci, Xr, Xi, Ar, Ai, ArL, AiL, Dr, Di, Yr, Yi, Sr, Si, H, Q, N, P,
+                       X_COMPLEX: tl.constexpr, HAS_LO: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
                        BQ: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr):
         pid = tl.program_id(0)                           # one program per (batch*chunk, head)
         bc, h = pid // H, pid % H
@@ -47,15 +59,16 @@ if HAS_TRITON:
         br, bi = tl.load(Br + qn, mask=mqn, other=0.), tl.load(Bi + qn, mask=mqn, other=0.)
         cr, ci = tl.load(Cr + qn, mask=mqn, other=0.), tl.load(Ci + qn, mask=mqn, other=0.)
         xr = tl.load(Xr + qp, mask=mqp, other=0.)
-        ar, ai = tl.load(Ar + row, mask=ml, other=0.), tl.load(Ai + row, mask=ml, other=0.)
+        (ar, arl), (ai, ail) = load_alpha(Ar, ArL, row, ml, HAS_LO), load_alpha(Ai, AiL, row, ml, HAS_LO)   # 05a's pairs
         dr, di = tl.load(Dr + row, mask=ml, other=0.), tl.load(Di + row, mask=ml, other=0.)
         # scores = C B^T (complex, no conjugate), (BQ, BQ)
         g_re = dot(cr, tl.trans(br), F64, PREC) - dot(ci, tl.trans(bi), F64, PREC)
         g_im = dot(cr, tl.trans(bi), F64, PREC) + dot(ci, tl.trans(br), F64, PREC)
         # L = exp(Lam_i - Lam_j) for i >= j: real part masked to -inf *before* exp, phase masked to 0
         causal = (l[:, None] >= l[None, :]) & ml[:, None] & ml[None, :]
-        mag = tl.exp(tl.where(causal, ar[:, None] - ar[None, :], float("-inf")))
-        ph = tl.where(causal, ai[:, None] - ai[None, :], 0.)
+        d_re = alpha_diff(ar[:, None], arl[:, None], ar[None, :], arl[None, :], HAS_LO)      # Re(Lam_i - Lam_j)
+        mag = tl.exp(tl.where(causal, d_re, float("-inf")))
+        ph = tl.where(causal, alpha_diff(ai[:, None], ail[:, None], ai[None, :], ail[None, :], HAS_LO), 0.)
         l_re, l_im = mag * tl.cos(ph), mag * tl.sin(ph)
         s_re, s_im = g_re * l_re - g_im * l_im, g_re * l_im + g_im * l_re
         # chunk state r[p, n] = sum_i X[i, p] (B * decay)[i, n]
@@ -80,9 +93,9 @@ if HAS_TRITON:
 # %% ../../../nbs/05e_triton_per_chunk.ipynb #41e37fdb
 if HAS_TRITON:
     @triton.jit
-    def _pc_bwd_kernel(Br, Bi, Cr, Ci, Xr, Xi, Ar, Ai, Dr, Di, dYr, dYi, dSr, dSi,
+    def _pc_bwd_kernel(Br, Bi, Cr, Ci, Xr, Xi, Ar, Ai, ArL, AiL, Dr, Di, dYr, dYi, dSr, dSi,
                        dBr, dBi, dCr, dCi, dXr, dXi, dAr, dAi, dDr, dDi, H, Q, N, P,
-                       X_COMPLEX: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
+                       X_COMPLEX: tl.constexpr, HAS_LO: tl.constexpr, F64: tl.constexpr, PREC: tl.constexpr,
                        BQ: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr, RELOAD: tl.constexpr):
         # PyTorch's complex convention: grad = dL/dRe + i dL/dIm, so for z = u v: grad_u = grad_z * conj(v)
         pid = tl.program_id(0)
@@ -96,7 +109,7 @@ if HAS_TRITON:
         br, bi = tl.load(Br + qn, mask=mqn, other=0.), tl.load(Bi + qn, mask=mqn, other=0.)
         cr, ci = tl.load(Cr + qn, mask=mqn, other=0.), tl.load(Ci + qn, mask=mqn, other=0.)
         xr = tl.load(Xr + qp, mask=mqp, other=0.)
-        ar, ai = tl.load(Ar + row, mask=ml, other=0.), tl.load(Ai + row, mask=ml, other=0.)
+        (ar, arl), (ai, ail) = load_alpha(Ar, ArL, row, ml, HAS_LO), load_alpha(Ai, AiL, row, ml, HAS_LO)   # 05a's pairs
         dr, di = tl.load(Dr + row, mask=ml, other=0.), tl.load(Di + row, mask=ml, other=0.)
         gyr, gyi = tl.load(dYr + qp, mask=mqp, other=0.), tl.load(dYi + qp, mask=mqp, other=0.)
         gsr, gsi = tl.load(dSr + pn, mask=mpn, other=0.), tl.load(dSi + pn, mask=mpn, other=0.)   # (BP, BN)
@@ -104,8 +117,9 @@ if HAS_TRITON:
         g_re = dot(cr, tl.trans(br), F64, PREC) - dot(ci, tl.trans(bi), F64, PREC)
         g_im = dot(cr, tl.trans(bi), F64, PREC) + dot(ci, tl.trans(br), F64, PREC)
         causal = (l[:, None] >= l[None, :]) & ml[:, None] & ml[None, :]
-        mag = tl.exp(tl.where(causal, ar[:, None] - ar[None, :], float("-inf")))
-        ph = tl.where(causal, ai[:, None] - ai[None, :], 0.)
+        d_re = alpha_diff(ar[:, None], arl[:, None], ar[None, :], arl[None, :], HAS_LO)      # Re(Lam_i - Lam_j)
+        mag = tl.exp(tl.where(causal, d_re, float("-inf")))
+        ph = tl.where(causal, alpha_diff(ai[:, None], ail[:, None], ai[None, :], ail[None, :], HAS_LO), 0.)
         l_re, l_im = mag * tl.cos(ph), mag * tl.sin(ph)
         s_re, s_im = g_re * l_re - g_im * l_im, g_re * l_im + g_im * l_re
         bd_re = br * dr[:, None] - bi * di[:, None]
@@ -171,22 +185,23 @@ class _PerChunkSSD(torch.autograd.Function):
         xr, xi = _planes(Xc, rd)
         if not x_complex:
             xi = xr                                                              # never read (X_COMPLEX=False)
-        ar, ai = _planes(A_log, rd)                                              # complex128 A_log -> fp32 planes
+        ar, ai, arl, ail, has_lo = _lam_planes(A_log, rd)                        # complex128 A_log -> fp32 pairs
         dr, di = _planes(decay_states, rd)
         yr, yi = (torch.empty(Bsz, nc, Q, H, P, dtype=rd, device=Bc.device) for _ in range(2))
         sr, si = (torch.empty(Bsz, nc, H, P, N, dtype=rd, device=Bc.device) for _ in range(2))
-        _pc_fwd_kernel[(Bsz * nc * H,)](*planes, xr, xi, ar, ai, dr, di, yr, yi, sr, si, H, Q, N, P,
-                                        X_COMPLEX=x_complex, F64=rd == torch.float64, PREC=dot_precision(rd),
-                                        BQ=block_size(Q), BN=block_size(N), BP=block_size(P))
-        ctx.save_for_backward(*planes, xr, xi, ar, ai, dr, di)
-        ctx.meta = (Bsz, nc, Q, H, N, P, x_complex, Bc.dtype, Cc.dtype, Xc.dtype, A_log.dtype, decay_states.dtype)
+        _pc_fwd_kernel[(Bsz * nc * H,)](*planes, xr, xi, ar, ai, arl, ail, dr, di, yr, yi, sr, si, H, Q, N, P,
+                                        X_COMPLEX=x_complex, HAS_LO=has_lo, F64=rd == torch.float64,
+                                        PREC=dot_precision(rd), BQ=block_size(Q), BN=block_size(N), BP=block_size(P))
+        ctx.save_for_backward(*planes, xr, xi, ar, ai, arl, ail, dr, di)
+        ctx.meta = (Bsz, nc, Q, H, N, P, x_complex, has_lo, Bc.dtype, Cc.dtype, Xc.dtype, A_log.dtype,
+                    decay_states.dtype)
         ctx.bwd_config = bwd_config or per_chunk_backward_config(device_capability(Bc))
         return torch.complex(yr, yi), torch.complex(sr, si)
 
     @staticmethod
     def backward(ctx, dY, dSt):
-        Bsz, nc, Q, H, N, P, x_complex, b_dt, c_dt, x_dt, a_dt, d_dt = ctx.meta
-        br, bi, cr, ci, xr, xi, ar, ai, dr, di = ctx.saved_tensors
+        Bsz, nc, Q, H, N, P, x_complex, has_lo, b_dt, c_dt, x_dt, a_dt, d_dt = ctx.meta
+        br, bi, cr, ci, xr, xi, ar, ai, arl, ail, dr, di = ctx.saved_tensors
         rd, dev = br.dtype, br.device
         # an output that did not reach the loss has a zero gradient (not None: the kernel always reads both)
         gyr, gyi = (split_complex(dY) if dY is not None else
@@ -198,9 +213,9 @@ class _PerChunkSSD(torch.autograd.Function):
         dxr = torch.empty_like(xr)
         dxi = torch.empty_like(xr) if x_complex else dxr   # never written for real X
         das = [torch.empty_like(ar) for _ in range(4)]                         # dA re/im, d(decay) re/im
-        _pc_bwd_kernel[(Bsz * nc * H,)](br, bi, cr, ci, xr, xi, ar, ai, dr, di, gyr, gyi, gsr, gsi,
-                                        *outs, dxr, dxi, *das, H, Q, N, P,
-                                        X_COMPLEX=x_complex, F64=rd == torch.float64, PREC=dot_precision(rd),
+        _pc_bwd_kernel[(Bsz * nc * H,)](br, bi, cr, ci, xr, xi, ar, ai, arl, ail, dr, di, gyr, gyi, gsr, gsi,
+                                        *outs, dxr, dxi, *das, H, Q, N, P, X_COMPLEX=x_complex, HAS_LO=has_lo,
+                                        F64=rd == torch.float64, PREC=dot_precision(rd),
                                         BQ=block_size(Q), BN=block_size(N), BP=block_size(P), **ctx.bwd_config)
         dB, dC = torch.complex(*outs[:2]).to(b_dt), torch.complex(*outs[2:]).to(c_dt)
         dX = (torch.complex(dxr, dxi) if x_complex else dxr).to(x_dt)
@@ -213,9 +228,8 @@ class _PerChunkSSD(torch.autograd.Function):
 def per_chunk_ssd_triton(Bc, Cc, Xc, A_log, decay_states, backward_config=None):
     """Per-chunk SSD with exactly `per_chunk_ssd_pytorch`'s contract, as Triton kernels (forward and backward).
     Bc, Cc (B,c,Q,H,N) complex; Xc (B,c,Q,H,P) real or complex; A_log (the chunk-local cumulative log-decay,
-    chapter 02's Lam) and decay_states (B,c,Q,H) complex (complex128 is taken as fp32 planes for complex64 B/C, so
-    the decays inside a chunk carry fp32's rounding of A_log: ~1e-7 of Y_diag's scale for moderate decays, ~1e-3 after
-    a run of reset-like steps in the chunk, measured in chapter 05e).
+    chapter 02's Lam) and decay_states (B,c,Q,H) complex (a complex128 A_log is taken as fp32 hi + lo pairs for
+    complex64 B/C, so the decays inside a chunk stay exact after reset-like steps too; a complex64 one as it is).
     Returns Y_diag (B,c,Q,H,P) and chunk-end states (B,c,H,P,N), complex. `backward_config`: the backward kernel's
     choices (default: `per_chunk_backward_config` of the device)."""
     Bsz, nc, Q, H, N = Bc.shape
