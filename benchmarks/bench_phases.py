@@ -26,7 +26,7 @@ def main():
         proj = torch.randn(Bsz, T, F, device=dev, generator=g).bfloat16()
         A_re, A_im = -torch.rand(H, device=dev, generator=g), torch.randn(H, device=dev, generator=g)
         f32 = dict(dtype=torch.float32, device=dev)
-        alpha, da, dth, kdk = (torch.randn(Bsz, NC * Q, H, generator=g, **f32) for _ in range(4))
+        alpha, alpha_lo, da, dth, kdk = (torch.randn(Bsz, NC * Q, H, generator=g, **f32) for _ in range(5))
         cos, sin = torch.empty(Bsz, T, H, **f32), torch.empty(Bsz, T, H, **f32)
         th_end, gs = torch.empty(Bsz, H, **f32), torch.randn(Bsz, NC, H, generator=g, **f32)
         dare, daim = torch.empty(Bsz, H, **f32), torch.empty(Bsz, H, **f32)
@@ -35,8 +35,9 @@ def main():
             ddt = torch.empty_like(dt)
             for CB, warps in itertools.product((4, 8, 16, 32), (1, 2, 4, 8)):
                 tps = triton.cdiv(NC, CB)                       # one program per (b, h) walks all the tiles
-                fwd = lambda: phases_fwd_kernel[(Bsz * H,)](dt, A_re, A_im, A_im, alpha, cos, sin, th_end, *dt.stride(), T, H,
-                                                            Q, NC, tps, BQ=block_size(Q), CB=CB, num_warps=warps)
+                fwd = lambda: phases_fwd_kernel[(Bsz * H,)](dt, A_re, A_im, A_im, alpha, alpha_lo, cos, sin, th_end,
+                                                            *dt.stride(), T, H, Q, NC, tps, BQ=block_size(Q), CB=CB,
+                                                            num_warps=warps)
                 bwd = lambda: phases_bwd_kernel[(Bsz * H,)](dt, A_re, A_im, da, dth, dare, kdk, gs, alpha, ddt, dare,
                                                             daim, *dt.stride(), *ddt.stride(), T, H, Q, NC, tps,
                                                             HAS_DTHEND=False, HAS_END=True, BQ=block_size(Q), CB=CB,

@@ -1,10 +1,11 @@
-"""What chapter 05a's hi + lo pair costs. Since 2026-12-05 the phase kernel sums the chunk-local log-decay in fp64 and
+"""What chapter 05a's hi + lo pair costs in the scan's kernels. Since 2026-12-05 the phase kernel sums the chunk-local log-decay in fp64 and
 hands the scan kernels two fp32 numbers, each difference alpha_i - alpha_j taken pairwise (exact after reset-like
 steps); before, one fp32 alpha. This times the scan's kernels both ways on the same inputs — `alpha_lo=None` compiles
 the kernels without the pair (`HAS_LO` off), the code they had before — through the launchers a training step calls:
 05b's state pass with 05c's output (`scan_forward`), and 05d's `scan_backward_rotated` (the reverse state pass, then
-05c's one-kernel backward with the rotation's transpose). Also 05a's `phases_forward` alone, which now always writes
-the pair (its earlier figures: `phases_split_h200.json`, `phase_sums_h200.json`). Shapes: the 434M model's micro-batch
+05c's one-kernel backward with the rotation's transpose). Also 05a's `phases_forward` alone, which now always sums in
+fp64 and writes the pair: timed in that form only (no switch keeps the old one; its earlier figures, another day's:
+`phases_split_h200.json`, `phase_sums_h200.json`). Shapes: the 434M model's micro-batch
 at T=2048 (B=16) and T=8192 (B=4), H=16, complex N=64 -> M=128, D=64, chunk 64, bf16; decays of the model's initial
 sizes (dt ~ N(0,1), Re A in [-1.1, -0.1]), where both forms agree to rounding (the outputs' max |diff| / max |ref| is in
 each row). GPU time per call from a CUDA graph (`graph_ms`). Prints one JSON record; refuses on a CPU.

@@ -235,12 +235,14 @@ def aot() -> list:
     os.environ.pop("TRITON_INTERPRET", None)
     from aot_kernel_resources import CONSTEXPRS, resources
     from mamba3_lite.ssd.triton.chunk_scan import bwd_chunk_kernel
+    without_pair = {k: v for k, v in CONSTEXPRS.items() if k != "HAS_LO"}   # the variants predate 05a's pair
     rows = []
     for warps, cap in ((4, None), (4, 168), (4, 128), (8, None), (8, 128)):
         rows.append({"kernel": "package bwd_chunk_kernel", "warps": warps, "maxnreg": cap,
-                     **resources(bwd_chunk_kernel, 90, warps, 1, maxnreg=cap)})
+                     **resources(bwd_chunk_kernel, 90, warps, 1, constexprs={**CONSTEXPRS, "HAS_LO": False},
+                                 maxnreg=cap)})
         rows += [{"kernel": name, "warps": warps, "maxnreg": cap,
-                  **resources(nblock_kernel, 90, warps, 1, constexprs={**CONSTEXPRS, **consts}, maxnreg=cap)}
+                  **resources(nblock_kernel, 90, warps, 1, constexprs={**without_pair, **consts}, maxnreg=cap)}
                  for name, consts in VARIANTS.items()]
     return rows
 

@@ -64,7 +64,7 @@ def fused_fwd_kernel(q_ptr, k_ptr, x_ptr, a_ptr, s0_ptr, st_ptr, sf_ptr, y_ptr,
     for c in range(NC):
         stored = S.to(st_ptr.dtype.element_ty)
         tl.store(st_ptr + ((b * NC + c) * H + h) * M * D + md, stored, mask=mmd)
-        a_end, t_s, ms, w = chunk_decays(a_ptr, b, c, h, T, H, Q, NC, offs_s)
+        a_end, t_s, ms, w = chunk_decays(a_ptr, a_ptr, b, c, h, T, H, Q, NC, offs_s, False)   # alpha alone (no 05a pair)
         a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
         qv = tl.load(q_ptr + b * sqb + t_s[:, None] * sqt + h * sqh + offs_m[None, :],
                      mask=ms[:, None] & mm[None, :], other=0.)                            # (BQ, BM)
@@ -105,7 +105,7 @@ def fused_rot_fwd_kernel(br_ptr, bi_ptr, cr_ptr, ci_ptr, cos_ptr, sin_ptr, x_ptr
     for c in range(NC):
         stored = S.to(st_ptr.dtype.element_ty)
         tl.store(st_ptr + ((b * NC + c) * H + h) * M * D + md, stored, mask=mmd)
-        a_end, t_s, ms, w = chunk_decays(a_ptr, b, c, h, T, H, Q, NC, offs_s)
+        a_end, t_s, ms, w = chunk_decays(a_ptr, a_ptr, b, c, h, T, H, Q, NC, offs_s, False)   # alpha alone (no 05a pair)
         a_s = tl.load(a_ptr + (b * NC * Q + t_s) * H + h, mask=offs_s < Q, other=0.)
         msn = ms[:, None] & (offs_n < N)[None, :]
         bc = b * sbb + t_s[:, None] * sbt + h * sbh + offs_n[None, :]
@@ -221,10 +221,11 @@ def compiled_resources(out=None):
                           {"a_ptr", "s0_ptr", "sf_ptr", "cos_ptr", "sin_ptr"})}
              for bd, w, st in itertools.product((32, 64), (4, 8), (1, 2))]
     rows.append({"kernel": "state_fwd_kernel", "BM": 64, "BD": 64, "warps": 4, "stages": 2,
-                 **resources(chunk_state.state_fwd_kernel, 90, 4, 2, dict(base, HAS_S0=False, BM=64, BD=64),
+                 **resources(chunk_state.state_fwd_kernel, 90, 4, 2, dict(base, HAS_S0=False, HAS_LO=False, BM=64, BD=64),
                              {"a_ptr", "s0_ptr", "sf_ptr"})})
     rows.append({"kernel": "scan_fwd_kernel", "BC": 64, "BD": 64, "warps": 4, "stages": 1,
-                 **resources(chunk_scan.scan_fwd_kernel, 90, 4, 1, dict(F64=False, PREC="tf32", BC=64, BM=128, BD=64), {"a_ptr"})})
+                 **resources(chunk_scan.scan_fwd_kernel, 90, 4, 1, dict(F64=False, PREC="tf32", BC=64, BM=128, BD=64,
+                                                                           HAS_LO=False), {"a_ptr", "al_ptr"})})
     emit(rows, None, out, note="compiled here for sm_90 (no GPU); scan_fwd_kernel without the maxnreg=168 the package "
          "adds on Hopper; register counts depend on the Triton version (this machine's: see machine.triton)")
 

@@ -155,10 +155,11 @@ def split_forward(dt, A_re, A_im, Q, CB, S, warps=4):
     NC = triton.cdiv(T, Q); TPS = triton.cdiv(triton.cdiv(NC, CB), S)
     f32 = dict(dtype=torch.float32, device=dt.device)
     alpha, cos, sin, th_end = torch.empty(Bsz, NC * Q, H, **f32), torch.empty(Bsz, T, H, **f32), torch.empty(Bsz, T, H, **f32), torch.empty(Bsz, H, **f32)
+    alpha_lo = torch.empty_like(alpha)                                        # the pair's low part (05a, since 2026-12-05)
     S = triton.cdiv(triton.cdiv(NC, CB), TPS)
     sums = phases.tile_sums(dt, A_im, Q, CB, S)
-    phases.phases_fwd_kernel[(Bsz * H, S)](dt, A_re, A_im, sums, alpha, cos, sin, th_end, *dt.stride(), T, H, Q, NC, TPS,
-                                           BQ=block_size(Q), CB=CB, num_warps=warps)
+    phases.phases_fwd_kernel[(Bsz * H, S)](dt, A_re, A_im, sums, alpha, alpha_lo, cos, sin, th_end, *dt.stride(), T, H, Q,
+                                           NC, TPS, BQ=block_size(Q), CB=CB, num_warps=warps)
     return alpha, cos, sin, th_end
 
 

@@ -90,8 +90,8 @@ def main():
             state_bwd_kernel[grid](q, dy, alpha, ds0, g, ds0, *strides3(q), *strides3(dy), T, H, M, D, Q, NC,
                                    HAS_DSF=False, **common)
         elif form == "forward":
-            state_fwd_kernel[grid](q, dy, alpha, ds0, g, ds0, *strides3(q), *strides3(dy), T, H, M, D, Q, NC,
-                                   HAS_S0=False, **common)
+            state_fwd_kernel[grid](q, dy, alpha, alpha, ds0, g, ds0, *strides3(q), *strides3(dy), T, H, M, D, Q, NC,
+                                   HAS_S0=False, HAS_LO=False, **common)
         else:
             reverse_probe_kernel[grid](q, dy, alpha, g, ds0, *strides3(q), *strides3(dy), T, H, M, D, Q, NC,
                                        ASCENDING=form == "ascending", FROM_VECTOR=form in ("a_end_from_vector", "ascending"),

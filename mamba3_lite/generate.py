@@ -168,7 +168,7 @@ def main(argv=None, stdin=None, stdout=None) -> int:
     except (GenerateError, ValueError, OSError, torch.OutOfMemoryError) as e:
         if args.debug or env_flag("MAMBA3_LITE_DEBUG"): traceback.print_exc()
         oom = isinstance(e, torch.OutOfMemoryError)
-        print(f"error: out of GPU memory{gpu_memory_detail(e)} on {args.device}: free the GPU, use a larger one or --device cpu"
+        print(f"error: out of GPU memory{gpu_memory_detail(e)}: free the GPU, use a larger one or --device cpu"
               if oom else f"error: {error_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -125,5 +125,5 @@ def test_cli_out_of_gpu_memory_is_one_line(run, capsys, monkeypatch):
     monkeypatch.setattr(gen, "generate_text", too_big)          # no GPU here to fill: the error as PyTorch raises it
     assert main([str(run), "x", "--max_new_tokens", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()          # the model's info line, then the error
-    assert err[1:] == ["error: out of GPU memory (tried to allocate 2.00 GiB on a GPU of 7.79 GiB) on cpu: free the GPU, "
+    assert err[1:] == ["error: out of GPU memory (tried to allocate 2.00 GiB on a GPU of 7.79 GiB): free the GPU, "
                        "use a larger one or --device cpu"], err

@@ -64,7 +64,7 @@ def scan_kernels_backward(dy: Optional[torch.Tensor], dS_fin: Optional[torch.Ten
 ssd_scan_bwd = torch.library.custom_op("mamba3_lite::ssd_scan_bwd", scan_kernels_backward, mutates_args=())
 
 @ssd_scan_bwd.register_fake
-def _(dy, dS_fin, q, k, x, alpha, S0, Q):
+def _(dy, dS_fin, q, k, x, alpha, S0, Q, alpha_lo=None):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(x), torch.empty_like(alpha),
             torch.empty_like(S0) if S0 is not None else alpha.new_empty(1, 1, 1))
 

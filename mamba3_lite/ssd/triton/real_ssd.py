@@ -245,7 +245,8 @@ def ssd_real_chunkwise_triton(x, A_re, A_im, B_re, B_im, C_re, C_im, dt, chunk_s
                               initial_state=None, return_final_state=False):
     """`ssd_real_chunkwise` (same signature, same result) on Triton kernels, forward and backward: decays and phases,
     rotation, state pass and chunked scan, as two `torch.library` custom ops (no graph break under torch.compile).
-    bf16/fp16 `x` runs the matmuls in x's dtype with fp32 accumulation and fp32 decays and states (phases in fp64);
+    bf16/fp16 `x` runs the matmuls in x's dtype with fp32 accumulation and fp32 states, the decays summed in fp64 and
+    kept as fp32 hi + lo pairs (phases in fp64);
     anything else runs in fp32. Raises (never falls back) when triton, a GPU (or TRITON_INTERPRET=1), or a supported
     shape is missing."""
     Bsz, T, H, D = x.shape
