@@ -323,3 +323,26 @@ def test_launchers_choose_by_capability(compiled):
 
 if __name__ == "__main__":
     _worker(int(sys.argv[1]), full="--full" in sys.argv[2:])
+
+
+def _nested_targets(fn):
+    "The lines of the assignments in `fn` whose target nests a tuple, as `(a, b), c = ...`."
+    import ast
+    tuples = lambda t: isinstance(t, (ast.Tuple, ast.List))
+    return [node.lineno for node in ast.walk(fn) if isinstance(node, ast.Assign)
+            for t in node.targets if tuples(t) and any(tuples(e) for e in t.elts)]
+
+
+def test_kernels_keep_flat_assignment_targets():
+    """Triton 3.6 (the GPU image's, 2026-12-05) computes a kernel's cache key with a dependency finder that fails on a
+    nested tuple target (`TypeError: unhashable type: 'list'`); Triton 3.9, which CI compiles with, accepts it. So no
+    `@triton.jit` function of the package may unpack into nested tuples (05e's kernels did, found on an H100)."""
+    import ast, glob
+    jitted = lambda f: any("jit" in ast.unparse(d) for d in f.decorator_list)
+    bad = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "mamba3_lite", "**", "*.py"), recursive=True)):
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and jitted(fn):
+                bad += [f"{os.path.relpath(path, ROOT)}:{line} in {fn.name}" for line in _nested_targets(fn)]
+    assert not bad, "nested tuple targets in Triton kernels: " + ", ".join(bad)
