@@ -336,7 +336,9 @@ def _nested_targets(fn):
 def test_kernels_keep_flat_assignment_targets():
     """Triton 3.6 (the GPU image's, 2026-12-05) computes a kernel's cache key with a dependency finder that fails on a
     nested tuple target (`TypeError: unhashable type: 'list'`); Triton 3.9, which CI compiles with, accepts it. So no
-    `@triton.jit` function of the package may unpack into nested tuples (05e's kernels did, found on an H100)."""
+    `@triton.jit` function of the package may unpack into nested tuples (05e's kernels did, found on an H100). Checked
+    on a CPU with triton 3.6.0 installed beside the package: every JITFunction's `cache_key` computes (41 of 41), where
+    before the fix 05e's two kernels failed."""
     import ast, glob
     jitted = lambda f: any("jit" in ast.unparse(d) for d in f.decorator_list)
     bad = []
