@@ -321,10 +321,6 @@ def test_launchers_choose_by_capability(compiled):
         assert few == (want if cap == 90 else set()), (cap, few)
 
 
-if __name__ == "__main__":
-    _worker(int(sys.argv[1]), full="--full" in sys.argv[2:])
-
-
 def _nested_targets(fn):
     "The lines of the assignments in `fn` whose target nests a tuple, as `(a, b), c = ...`."
     import ast
@@ -348,3 +344,7 @@ def test_kernels_keep_flat_assignment_targets():
             if isinstance(fn, ast.FunctionDef) and jitted(fn):
                 bad += [f"{os.path.relpath(path, ROOT)}:{line} in {fn.name}" for line in _nested_targets(fn)]
     assert not bad, "nested tuple targets in Triton kernels: " + ", ".join(bad)
+
+
+if __name__ == "__main__":
+    _worker(int(sys.argv[1]), full="--full" in sys.argv[2:])
