@@ -1,0 +1,77 @@
+"""Where chapter 05a's hi + lo pair costs time, and whether a launch choice made before it won that time back. The
+H200's launch parameters of the forward scan (`TUNE_BY_CAPABILITY[(9, 0)]`: 05c's `scan_y` with one stage and a cap of
+168 registers a thread; 05b's state pass with `state_wide` tiles from 256 (batch, head) pairs, `state_few_forward` up
+to 64) were measured with one fp32 alpha. This script, at the 434M model's micro-batch (B=16, T=2048, or `--batch 4
+--seq 8192`), H=16, complex N=64 -> M=128, D=64, chunk 64, bf16, decays of the model's initial sizes:
+
+1. times each scan kernel the training step runs with the pair and with alpha alone (`alpha_lo=None`, the kernels
+   compiled without `HAS_LO`) at the current launch: `states_forward`, `scan_y`, and the backward's reverse state pass
+   plus 05c's one-kernel backward (`scan_backward_rotated`);
+2. sweeps `scan_y`'s and the forward state pass's launch parameters with the pair (`common.sweep_launches`: median of
+   `--rounds` timings as a training step queues the kernel, outputs against the current launch's).
+
+Prints one JSON record (`--out` also writes it); `--tune-out` writes the launches at least 1% faster than the current
+ones as `TUNE` entries (no file if none), for an A/B of the real CLI: `bench_cli.py --tune "$(cat FILE)"`. Refuses on a CPU.
+
+    python benchmarks/exp_pair_launches.py --out benchmarks/results/pair_launches_h200.json
+"""
+import itertools, json, statistics
+
+import torch
+
+from common import emit, queued_ms, sweep_cli, sweep_launches
+
+
+def main():
+    a, s = sweep_cli(__doc__, "exp_pair_launches", lambda p: p.add_argument("--tune-out"))
+    from mamba3_lite.ssd.triton.phases import device_capability, phases_forward, rotate_forward
+    from mamba3_lite.ssd.triton.chunk_state import states_forward
+    from mamba3_lite.ssd.triton.chunk_scan import scan_y
+    from mamba3_lite.ssd.triton.real_ssd import (batch_head_pairs, scan_backward_rotated, scan_y_blocks, state_blocks,
+                                                 tune_for)
+    Bsz, T, H, M, D, Q = s["Bsz"], s["T"], s["H"], s["M"], s["D"], s["Q"]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    r = lambda *sh: torch.randn(*sh, device="cuda", generator=g)
+    dt, A_re, A_im = r(Bsz, T, H), -torch.rand(H, device="cuda", generator=g) - 0.1, r(H)
+    alpha, alpha_lo, cos, sin, _ = phases_forward(dt, A_re, A_im, Q)
+    q, k = rotate_forward(*(r(Bsz, T, H, M // 2).bfloat16() for _ in range(4)), cos, sin, torch.bfloat16)
+    x, dy = r(Bsz, T, H, D).bfloat16(), r(Bsz, T, H, D).bfloat16()
+    tune = tune_for(device_capability(x))
+    st_kw, sy_kw = state_blocks(tune, batch_head_pairs(k)), scan_y_blocks(tune)
+    states = states_forward(k, x, alpha, None, Q, **st_kw, alpha_lo=alpha_lo)[0]
+    med = lambda fn: round(statistics.median(queued_ms(fn) for _ in range(a.rounds)), 4)
+    split = {}
+    for form, lo in (("pair", alpha_lo), ("alpha alone", None)):
+        split[form] = dict(
+            states_forward=med(lambda: states_forward(k, x, alpha, None, Q, **st_kw, alpha_lo=lo)),
+            scan_y=med(lambda: scan_y(q, k, x, alpha, states, Q, **sy_kw, alpha_lo=lo)),
+            backward=med(lambda: scan_backward_rotated(q, k, x, alpha, None, Q, dy, None, cos, sin, torch.bfloat16,
+                                                       states, tune, alpha_lo=lo)))
+        print(json.dumps({form: split[form]}), flush=True)
+    scan_grid = [dict(BC=64, BD=bd, num_warps=w, num_stages=st, maxnreg=mr)
+                 for bd, w, st, mr in itertools.product((32, 64), (4, 8), (1, 2), (168, None))]
+    state_grid = [dict(BM=bm, BD=64, num_warps=w, num_stages=st)
+                  for bm, w, st in itertools.product((32, 64), (4, 8), (2, 3, 4))]
+    sweep = sweep_launches({
+        "scan_y": (lambda **kw: (scan_y(q, k, x, alpha, states, Q, **kw, alpha_lo=alpha_lo),), sy_kw, scan_grid),
+        "states_forward": (lambda **kw: states_forward(k, x, alpha, None, Q, **kw, alpha_lo=alpha_lo), st_kw, state_grid),
+    }, rounds=a.rounds, label="kernel")
+    for n in ("scan_y", "states_forward"):
+        print(n, "current", json.dumps(sweep["at_current"][n]), "fastest", json.dumps(sweep["fastest"][n]), flush=True)
+    if a.tune_out:              # launches at least 1% faster than the current one, as TUNE entries
+        fy, fs = sweep["fastest"]["scan_y"], sweep["fastest"]["states_forward"]
+        faster = lambda n: sweep["fastest"][n]["ms"] < 0.99 * sweep["at_current"][n]["ms"]
+        pick = {}
+        if faster("scan_y"):
+            pick.update(warps_scan=fy["num_warps"], stages_scan=fy["num_stages"], maxnreg_scan=fy["maxnreg"], BD_scan=fy["BD"])
+        if faster("states_forward"):
+            key = "state_wide" if st_kw == tune["state_wide"] else "state_few_forward"
+            pick[key] = {n: fs[n] for n in ("BM", "BD", "num_warps", "num_stages")}
+        if pick:
+            with open(a.tune_out, "w") as f: json.dump(pick, f)
+    emit({"shape": dict(B=Bsz, T=T, H=H, M=M, D=D, Q=Q, dtype="bf16"), "pair_vs_alone_ms": split, **sweep},
+         device=torch.device("cuda"), out=a.out, benchmark="pair_launches")
+
+
+if __name__ == "__main__":
+    main()
