@@ -11,7 +11,8 @@ to 64) were measured with one fp32 alpha. This script, at the 434M model's micro
    `--rounds` timings as a training step queues the kernel, outputs against the current launch's).
 
 Prints one JSON record (`--out` also writes it); `--tune-out` writes the launches at least 1% faster than the current
-ones as `TUNE` entries (no file if none), for an A/B of the real CLI: `bench_cli.py --tune "$(cat FILE)"`. Refuses on a CPU.
+ones as `TUNE` entries (no file if none), for an A/B of the real CLI: `bench_cli.py --tune "$(cat FILE)"`;
+`--no-sweep` stops after step 1. Refuses on a CPU.
 
     python benchmarks/exp_pair_launches.py --out benchmarks/results/pair_launches_h200.json
 """
@@ -23,7 +24,9 @@ from common import emit, queued_ms, sweep_cli, sweep_launches
 
 
 def main():
-    a, s = sweep_cli(__doc__, "exp_pair_launches", lambda p: p.add_argument("--tune-out"))
+    def extra(p):
+        p.add_argument("--tune-out"); p.add_argument("--no-sweep", action="store_true", help="step 1 only")
+    a, s = sweep_cli(__doc__, "exp_pair_launches", extra)
     from mamba3_lite.ssd.triton.phases import device_capability, phases_forward, rotate_forward
     from mamba3_lite.ssd.triton.chunk_state import states_forward
     from mamba3_lite.ssd.triton.chunk_scan import scan_y
@@ -48,6 +51,10 @@ def main():
             backward=med(lambda: scan_backward_rotated(q, k, x, alpha, None, Q, dy, None, cos, sin, torch.bfloat16,
                                                        states, tune, alpha_lo=lo)))
         print(json.dumps({form: split[form]}), flush=True)
+    shape = dict(B=Bsz, T=T, H=H, M=M, D=D, Q=Q, dtype="bf16")
+    if a.no_sweep:
+        return emit({"shape": shape, "pair_vs_alone_ms": split}, device=torch.device("cuda"), out=a.out,
+                    benchmark="pair_launches")
     scan_grid = [dict(BC=64, BD=bd, num_warps=w, num_stages=st, maxnreg=mr)
                  for bd, w, st, mr in itertools.product((32, 64), (4, 8), (1, 2), (168, None))]
     state_grid = [dict(BM=bm, BD=64, num_warps=w, num_stages=st)
@@ -69,7 +76,7 @@ def main():
             pick[key] = {n: fs[n] for n in ("BM", "BD", "num_warps", "num_stages")}
         if pick:
             with open(a.tune_out, "w") as f: json.dump(pick, f)
-    emit({"shape": dict(B=Bsz, T=T, H=H, M=M, D=D, Q=Q, dtype="bf16"), "pair_vs_alone_ms": split, **sweep},
+    emit({"shape": shape, "pair_vs_alone_ms": split, **sweep},
          device=torch.device("cuda"), out=a.out, benchmark="pair_launches")
 
 
