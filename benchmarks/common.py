@@ -189,6 +189,20 @@ def rotated_backward_inputs(seed=0):
     return q, k, x, dy, alpha, states, dstates, theta.cos(), theta.sin()
 
 
+def pair_scan_inputs(Bsz, T, H=16, N=64, D=64, Q=64, seed=0):
+    """The scan's inputs as a training step makes them, with 05a's decay pair: dt (B,T,H) ~ N(0,1), A_re in
+    [-1.1, -0.1], A_im ~ N(0,1) (H,), then `phases_forward`'s alpha, alpha_lo, cos, sin, and `rotate_forward`'s bf16 q, k
+    (B,T,H,2N) of random B, C, with random bf16 x, dy (B,T,H,D). Returns a dict of those names."""
+    from mamba3_lite.ssd.triton.phases import phases_forward, rotate_forward
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    r = lambda *s: torch.randn(*s, device="cuda", generator=g)
+    dt, A_re, A_im = r(Bsz, T, H), -torch.rand(H, device="cuda", generator=g) - 0.1, r(H)
+    alpha, alpha_lo, cos, sin, _ = phases_forward(dt, A_re, A_im, Q)
+    q, k = rotate_forward(*(r(Bsz, T, H, N).bfloat16() for _ in range(4)), cos, sin, torch.bfloat16)
+    x, dy = r(Bsz, T, H, D).bfloat16(), r(Bsz, T, H, D).bfloat16()
+    return dict(dt=dt, A_re=A_re, A_im=A_im, alpha=alpha, alpha_lo=alpha_lo, cos=cos, sin=sin, q=q, k=k, x=x, dy=dy)
+
+
 def peak_memory_gib(device) -> float | None:
     "Peak allocated CUDA memory since the last reset, in GiB (None on a CPU)."
     device = torch.device(device)

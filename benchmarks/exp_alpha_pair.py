@@ -21,18 +21,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out"); a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit("exp_alpha_pair: needs a CUDA GPU")
-    from common import emit, graph_ms, rel_diff
-    from mamba3_lite.ssd.triton.phases import device_capability, phases_forward, rotate_forward
+    from common import emit, graph_ms, pair_scan_inputs, rel_diff
+    from mamba3_lite.ssd.triton.phases import device_capability, phases_forward
     from mamba3_lite.ssd.triton.chunk_state import states_forward
     from mamba3_lite.ssd.triton.real_ssd import batch_head_pairs, scan_backward_rotated, scan_forward, state_blocks, tune_for
     rows, H, N, D, Q = [], 16, 64, 64, 64
     for Bsz, T in ((16, 2048), (4, 8192)):
-        g = torch.Generator(device="cuda").manual_seed(0)
-        r = lambda *s: torch.randn(*s, device="cuda", generator=g)
-        dt, A_re, A_im = r(Bsz, T, H), -torch.rand(H, device="cuda", generator=g) - 0.1, r(H)
-        alpha, alpha_lo, cos, sin, _ = phases_forward(dt, A_re, A_im, Q)
-        q, k = rotate_forward(*(r(Bsz, T, H, N).bfloat16() for _ in range(4)), cos, sin, torch.bfloat16)
-        x, dy = r(Bsz, T, H, D).bfloat16(), r(Bsz, T, H, D).bfloat16()
+        i = pair_scan_inputs(Bsz, T, H, N, D, Q)
+        dt, A_re, A_im, alpha, alpha_lo, cos, sin, q, k, x, dy = i.values()
         tune = tune_for(device_capability(x))
         row = dict(B=Bsz, T=T, phases_forward_ms=round(graph_ms(lambda: phases_forward(dt, A_re, A_im, Q)), 4))
         outs = {}

@@ -20,25 +20,21 @@ import itertools, json, statistics
 
 import torch
 
-from common import emit, queued_ms, sweep_cli, sweep_launches
+from common import emit, pair_scan_inputs, queued_ms, sweep_cli, sweep_launches
 
 
 def main():
     def extra(p):
         p.add_argument("--tune-out"); p.add_argument("--no-sweep", action="store_true", help="step 1 only")
     a, s = sweep_cli(__doc__, "exp_pair_launches", extra)
-    from mamba3_lite.ssd.triton.phases import device_capability, phases_forward, rotate_forward
+    from mamba3_lite.ssd.triton.phases import device_capability
     from mamba3_lite.ssd.triton.chunk_state import states_forward
     from mamba3_lite.ssd.triton.chunk_scan import scan_y
     from mamba3_lite.ssd.triton.real_ssd import (batch_head_pairs, scan_backward_rotated, scan_y_blocks, state_blocks,
                                                  tune_for)
     Bsz, T, H, M, D, Q = s["Bsz"], s["T"], s["H"], s["M"], s["D"], s["Q"]
-    g = torch.Generator(device="cuda").manual_seed(0)
-    r = lambda *sh: torch.randn(*sh, device="cuda", generator=g)
-    dt, A_re, A_im = r(Bsz, T, H), -torch.rand(H, device="cuda", generator=g) - 0.1, r(H)
-    alpha, alpha_lo, cos, sin, _ = phases_forward(dt, A_re, A_im, Q)
-    q, k = rotate_forward(*(r(Bsz, T, H, M // 2).bfloat16() for _ in range(4)), cos, sin, torch.bfloat16)
-    x, dy = r(Bsz, T, H, D).bfloat16(), r(Bsz, T, H, D).bfloat16()
+    i = pair_scan_inputs(Bsz, T, H, M // 2, D, Q)              # exp_alpha_pair.py's inputs
+    alpha, alpha_lo, cos, sin, q, k, x, dy = (i[n] for n in "alpha alpha_lo cos sin q k x dy".split())
     tune = tune_for(device_capability(x))
     st_kw, sy_kw = state_blocks(tune, batch_head_pairs(k)), scan_y_blocks(tune)
     states = states_forward(k, x, alpha, None, Q, **st_kw, alpha_lo=alpha_lo)[0]
