@@ -147,21 +147,31 @@ def sweep_launches(forms: dict, rounds: int = 3, label: str = "kernel") -> dict:
     """Each of `forms` = {name: (fn, current, grid)} timed at every launch in `grid` (dicts of keyword arguments for
     `fn`, which returns its output tensors) as a training step queues it (`queued_ms`, the median of `rounds`), its
     outputs against `fn(**current)`'s (the largest `rel_diff`). A launch that fails (out of shared memory, say) is a
-    row with its error. Returns {"rows": the timed rows by (name, ms), then the failed; "fastest"; "at_current"}."""
-    rows = []
+    row with its error; one that leaves the CUDA context unusable (an illegal memory access) ends the sweep there, as
+    `stopped_at`, keeping the rows before it. Each row is printed as it is timed. Returns {"rows": the timed rows by
+    (name, ms), then the failed; "fastest"; "at_current"}, the last two for the forms that have timed rows."""
+    rows, stopped = [], None
     for name, (fn, current, grid) in forms.items():
         ref = fn(**current)
         for kw in grid if current in grid else [current, *grid]:
             try:
                 diff = max(rel_diff(o, r) for o, r in zip(fn(**kw), ref))
                 ms = statistics.median(queued_ms(lambda: fn(**kw)) for _ in range(rounds))
+                torch.cuda.synchronize()
             except Exception as e:
-                rows.append({label: name, **kw, "error": f"{type(e).__name__}: {str(e)[:160]}"}); continue
+                rows.append({label: name, **kw, "error": f"{type(e).__name__}: {str(e)[:160]}"})
+                print(json.dumps(rows[-1]), flush=True)
+                if "CUDA" in str(e):            # sticky: every later call on this context fails too
+                    stopped = rows[-1]; break
+                continue
             rows.append({label: name, **kw, "ms": round(ms, 4), "rel_diff": diff, "current": kw == current})
+            print(json.dumps(rows[-1]), flush=True)
+        if stopped: break
     ok = sorted((r for r in rows if "ms" in r), key=lambda r: (r[label], r["ms"]))
-    return {"fastest": {n: next(r for r in ok if r[label] == n) for n in forms},
-            "at_current": {n: next(r for r in ok if r[label] == n and r["current"]) for n in forms},
-            "rows": ok + [r for r in rows if "error" in r]}
+    timed = [n for n in forms if any(r[label] == n for r in ok)]
+    return {"fastest": {n: next(r for r in ok if r[label] == n) for n in timed},
+            "at_current": {n: next(r for r in ok if r[label] == n and r["current"]) for n in timed},
+            "rows": ok + [r for r in rows if "error" in r], **({"stopped_at": stopped} if stopped else {})}
 
 
 def scan_backward_inputs(Bsz, T, H, M, D, Q, seed=0):

@@ -7,8 +7,11 @@ to 64) were measured with one fp32 alpha. This script, at the 434M model's micro
 1. times each scan kernel the training step runs with the pair and with alpha alone (`alpha_lo=None`, the kernels
    compiled without `HAS_LO`) at the current launch: `states_forward`, `scan_y`, and the backward's reverse state pass
    plus 05c's one-kernel backward (`scan_backward_rotated`);
-2. sweeps `scan_y`'s and the forward state pass's launch parameters with the pair (`common.sweep_launches`: median of
-   `--rounds` timings as a training step queues the kernel, outputs against the current launch's).
+2. sweeps `scan_y`'s, the forward state pass's and 05c's one-kernel backward's launch parameters with the pair
+   (`common.sweep_launches`: median of `--rounds` timings as a training step queues the kernel, outputs against the
+   current launch's; `--only NAME` sweeps one of them). `scan_y`'s D tile stays whole (64): a D tile of 32 stops at an
+   illegal memory access under triton 3.6 on the H100 and H200 (2026-12-05; correct on Triton's interpreter), which
+   leaves the CUDA context unusable.
 
 Prints one JSON record (`--out` also writes it); `--tune-out` writes the launches at least 1% faster than the current
 ones as `TUNE` entries (no file if none), for an A/B of the real CLI: `bench_cli.py --tune "$(cat FILE)"`;
@@ -26,10 +29,11 @@ from common import emit, pair_scan_inputs, queued_ms, sweep_cli, sweep_launches
 def main():
     def extra(p):
         p.add_argument("--tune-out"); p.add_argument("--no-sweep", action="store_true", help="step 1 only")
+        p.add_argument("--only", choices=("scan_y", "states_forward", "bwd_chunk"), help="sweep this kernel alone")
     a, s = sweep_cli(__doc__, "exp_pair_launches", extra)
     from mamba3_lite.ssd.triton.phases import device_capability
-    from mamba3_lite.ssd.triton.chunk_state import states_forward
-    from mamba3_lite.ssd.triton.chunk_scan import scan_y
+    from mamba3_lite.ssd.triton.chunk_state import states_backward, states_forward
+    from mamba3_lite.ssd.triton.chunk_scan import scan_backward_chunk, scan_y
     from mamba3_lite.ssd.triton.real_ssd import (batch_head_pairs, scan_backward_rotated, scan_y_blocks, state_blocks,
                                                  tune_for)
     Bsz, T, H, M, D, Q = s["Bsz"], s["T"], s["H"], s["M"], s["D"], s["Q"]
@@ -51,27 +55,39 @@ def main():
     if a.no_sweep:
         return emit({"shape": shape, "pair_vs_alone_ms": split}, device=torch.device("cuda"), out=a.out,
                     benchmark="pair_launches")
-    scan_grid = [dict(BC=64, BD=bd, num_warps=w, num_stages=st, maxnreg=mr)
-                 for bd, w, st, mr in itertools.product((32, 64), (4, 8), (1, 2), (168, None))]
+    scan_grid = [dict(BC=64, BD=64, num_warps=w, num_stages=st, maxnreg=mr)
+                 for w, st, mr in itertools.product((4, 8), (1, 2, 3), (168, None))]
     state_grid = [dict(BM=bm, BD=64, num_warps=w, num_stages=st)
                   for bm, w, st in itertools.product((32, 64), (4, 8), (2, 3, 4))]
-    sweep = sweep_launches({
-        "scan_y": (lambda **kw: (scan_y(q, k, x, alpha, states, Q, **kw, alpha_lo=alpha_lo),), sy_kw, scan_grid),
-        "states_forward": (lambda **kw: states_forward(k, x, alpha, None, Q, **kw, alpha_lo=alpha_lo), st_kw, state_grid),
-    }, rounds=a.rounds, label="kernel")
-    for n in ("scan_y", "states_forward"):
+    chunk_grid = [dict(num_warps=w, num_stages=st) for w, st in itertools.product((4, 8), (1, 2))]
+    dstates = states_backward(q, dy, alpha, None, Q, states.dtype, **st_kw)[0]
+
+    def bwd_chunk(**kw):
+        "05c's one-kernel backward with the pair, its outputs flat."
+        out = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, torch.bfloat16, end_terms_apart=True,
+                                  alpha_lo=alpha_lo, **kw)
+        return [t for part in out for t in (part if isinstance(part, (tuple, list)) else (part,))]
+
+    forms = {"scan_y": (lambda **kw: (scan_y(q, k, x, alpha, states, Q, **kw, alpha_lo=alpha_lo),), sy_kw, scan_grid),
+             "states_forward": (lambda **kw: states_forward(k, x, alpha, None, Q, **kw, alpha_lo=alpha_lo), st_kw,
+                                state_grid),
+             "bwd_chunk": (bwd_chunk, dict(num_warps=tune["warps_chunk"], num_stages=tune["stages_chunk"]), chunk_grid)}
+    sweep = sweep_launches({n: f for n, f in forms.items() if a.only in (None, n)}, rounds=a.rounds, label="kernel")
+    for n in sweep["fastest"]:
         print(n, "current", json.dumps(sweep["at_current"][n]), "fastest", json.dumps(sweep["fastest"][n]), flush=True)
-    if a.tune_out:              # launches at least 1% faster than the current one, as TUNE entries
-        fy, fs = sweep["fastest"]["scan_y"], sweep["fastest"]["states_forward"]
-        faster = lambda n: sweep["fastest"][n]["ms"] < 0.99 * sweep["at_current"][n]["ms"]
-        pick = {}
-        if faster("scan_y"):
-            pick.update(warps_scan=fy["num_warps"], stages_scan=fy["num_stages"], maxnreg_scan=fy["maxnreg"], BD_scan=fy["BD"])
-        if faster("states_forward"):
-            key = "state_wide" if st_kw == tune["state_wide"] else "state_few_forward"
-            pick[key] = {n: fs[n] for n in ("BM", "BD", "num_warps", "num_stages")}
-        if pick:
-            with open(a.tune_out, "w") as f: json.dump(pick, f)
+    faster = lambda n: n in sweep["fastest"] and sweep["fastest"][n]["ms"] < 0.99 * sweep["at_current"][n]["ms"]
+    pick = {}                   # launches at least 1% faster than the current ones, as TUNE entries
+    if faster("scan_y"):
+        fy = sweep["fastest"]["scan_y"]
+        pick.update(warps_scan=fy["num_warps"], stages_scan=fy["num_stages"], maxnreg_scan=fy["maxnreg"], BD_scan=fy["BD"])
+    if faster("states_forward"):
+        key = "state_wide" if st_kw == tune["state_wide"] else "state_few_forward"
+        pick[key] = {n: sweep["fastest"]["states_forward"][n] for n in ("BM", "BD", "num_warps", "num_stages")}
+    if faster("bwd_chunk"):
+        fc = sweep["fastest"]["bwd_chunk"]
+        pick.update(warps_chunk=fc["num_warps"], stages_chunk=fc["num_stages"])
+    if a.tune_out and pick:
+        with open(a.tune_out, "w") as f: json.dump(pick, f)
     emit({"shape": shape, "pair_vs_alone_ms": split, **sweep},
          device=torch.device("cuda"), out=a.out, benchmark="pair_launches")
 
