@@ -9,9 +9,9 @@ to 64) were measured with one fp32 alpha. This script, at the 434M model's micro
    plus 05c's one-kernel backward (`scan_backward_rotated`);
 2. sweeps `scan_y`'s, the forward state pass's and 05c's one-kernel backward's launch parameters with the pair
    (`common.sweep_launches`: median of `--rounds` timings as a training step queues the kernel, outputs against the
-   current launch's; `--only NAME` sweeps one of them). `scan_y`'s D tile stays whole (64): a D tile of 32 stops at an
-   illegal memory access under triton 3.6 on the H100 and H200 (2026-12-05; correct on Triton's interpreter), which
-   leaves the CUDA context unusable.
+   current launch's; `--only NAME` sweeps one of them). `scan_y`'s D tile stays whole (64): a sweep that also tried 32
+   stopped at an illegal memory access under triton 3.6 on an H100 (2026-12-05), as `exp_scan_tiles.py`'s did on the
+   H200 (a D tile of 32 is exact on Triton's interpreter), and that leaves the CUDA context unusable.
 
 Prints one JSON record (`--out` also writes it); `--tune-out` writes the launches at least 1% faster than the current
 ones as `TUNE` entries (no file if none), for an A/B of the real CLI: `bench_cli.py --tune "$(cat FILE)"`;
