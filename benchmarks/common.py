@@ -149,7 +149,8 @@ def sweep_launches(forms: dict, rounds: int = 3, label: str = "kernel") -> dict:
     outputs against `fn(**current)`'s (the largest `rel_diff`). A launch that fails (out of shared memory, say) is a
     row with its error; one that leaves the CUDA context unusable (an illegal memory access) ends the sweep there, as
     `stopped_at`, keeping the rows before it. Each row is printed as it is timed. Returns {"rows": the timed rows by
-    (name, ms), then the failed; "fastest"; "at_current"}, the last two for the forms that have timed rows."""
+    (name, ms), then the failed; "fastest"; "at_current"}, the last two for the forms that have timed rows
+    (at_current None where the current launch failed)."""
     rows, stopped = [], None
     for name, (fn, current, grid) in forms.items():
         ref = fn(**current)
@@ -170,7 +171,7 @@ def sweep_launches(forms: dict, rounds: int = 3, label: str = "kernel") -> dict:
     ok = sorted((r for r in rows if "ms" in r), key=lambda r: (r[label], r["ms"]))
     timed = [n for n in forms if any(r[label] == n for r in ok)]
     return {"fastest": {n: next(r for r in ok if r[label] == n) for n in timed},
-            "at_current": {n: next(r for r in ok if r[label] == n and r["current"]) for n in timed},
+            "at_current": {n: next((r for r in ok if r[label] == n and r["current"]), None) for n in timed},
             "rows": ok + [r for r in rows if "error" in r], **({"stopped_at": stopped} if stopped else {})}
 
 

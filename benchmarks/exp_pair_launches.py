@@ -75,7 +75,8 @@ def main():
     sweep = sweep_launches({n: f for n, f in forms.items() if a.only in (None, n)}, rounds=a.rounds, label="kernel")
     for n in sweep["fastest"]:
         print(n, "current", json.dumps(sweep["at_current"][n]), "fastest", json.dumps(sweep["fastest"][n]), flush=True)
-    faster = lambda n: n in sweep["fastest"] and sweep["fastest"][n]["ms"] < 0.99 * sweep["at_current"][n]["ms"]
+    faster = lambda n: (sweep["at_current"].get(n) is not None
+                        and sweep["fastest"][n]["ms"] < 0.99 * sweep["at_current"][n]["ms"])
     pick = {}                   # launches at least 1% faster than the current ones, as TUNE entries
     if faster("scan_y"):
         fy = sweep["fastest"]["scan_y"]
