@@ -143,6 +143,11 @@ def sweep_cli(doc: str, name: str, extra=None):
     return a, dict(TRAINING_SHAPE, Bsz=a.batch, T=a.seq)
 
 
+def flat_tensors(out) -> list:
+    "A kernel wrapper's results, nested one level in tuples or lists, as one flat list (what `sweep_launches` compares)."
+    return [t for part in out for t in (part if isinstance(part, (tuple, list)) else (part,))]
+
+
 def sweep_launches(forms: dict, rounds: int = 3, label: str = "kernel") -> dict:
     """Each of `forms` = {name: (fn, current, grid)} timed at every launch in `grid` (dicts of keyword arguments for
     `fn`, which returns its output tensors) as a training step queues it (`queued_ms`, the median of `rounds`), its

@@ -23,7 +23,7 @@ import itertools, json, statistics
 
 import torch
 
-from common import emit, pair_scan_inputs, queued_ms, sweep_cli, sweep_launches
+from common import emit, flat_tensors, pair_scan_inputs, queued_ms, sweep_cli, sweep_launches
 
 
 def main():
@@ -66,7 +66,7 @@ def main():
         "05c's one-kernel backward with the pair, its outputs flat."
         out = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, torch.bfloat16, end_terms_apart=True,
                                   alpha_lo=alpha_lo, **kw)
-        return [t for part in out for t in (part if isinstance(part, (tuple, list)) else (part,))]
+        return flat_tensors(out)
 
     forms = {"scan_y": (lambda **kw: (scan_y(q, k, x, alpha, states, Q, **kw, alpha_lo=alpha_lo),), sy_kw, scan_grid),
              "states_forward": (lambda **kw: states_forward(k, x, alpha, None, Q, **kw, alpha_lo=alpha_lo), st_kw,

@@ -15,7 +15,7 @@ import itertools
 
 import torch
 
-from common import emit, scan_backward_inputs, sweep_cli, sweep_launches
+from common import emit, flat_tensors, scan_backward_inputs, sweep_cli, sweep_launches
 
 
 def main():
@@ -31,7 +31,7 @@ def main():
     def bwd_chunk(**kw):
         "The one kernel's outputs, flat: the four gradients of B and C, dx, dalpha's three pieces, dtheta."
         out = scan_backward_chunk(q, k, x, dy, alpha, states, dstates, Q, cos, sin, torch.bfloat16, end_terms_apart=True, **kw)
-        return [t for part in out for t in (part if isinstance(part, (tuple, list)) else (part,))]
+        return flat_tensors(out)
 
     forms = {
         "scan_y": (lambda **kw: (scan_y(q, k, x, alpha, states, Q, **kw),), scan_y_blocks(tune),
