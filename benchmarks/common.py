@@ -162,7 +162,7 @@ def sweep_launches(forms: dict, rounds: int = 3, label: str = "kernel") -> dict:
         for kw in grid if current in grid else [current, *grid]:
             try:
                 diff = max(rel_diff(o, r) for o, r in zip(fn(**kw), ref))
-                ms = statistics.median(queued_ms(lambda: fn(**kw)) for _ in range(rounds))   # rel_diff and queued_ms sync
+                ms = statistics.median(queued_ms(lambda: fn(**kw)) for _ in range(rounds))   # both synchronise
             except Exception as e:
                 rows.append({label: name, **kw, "error": f"{type(e).__name__}: {str(e)[:160]}"})
                 print(json.dumps(rows[-1]), flush=True)
