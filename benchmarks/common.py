@@ -181,7 +181,9 @@ def sweep_launches(forms: dict, rounds: int = 3, label: str = "kernel") -> dict:
 
 def scan_backward_inputs(Bsz, T, H, M, D, Q, seed=0):
     """Random bf16 q, k (B,T,H,M), x, dy (B,T,H,D) on the GPU, chunk-local decays alpha (B,T,H), and the forward and
-    reverse state passes' results (05b, at TUNE's blocks): what the scan's backward kernels read after the state pass."""
+    reverse state passes' results (05b, at TUNE's blocks): what the scan's backward kernels read after the state pass.
+    The decays are alpha alone, without 05a's low part: scripts on these inputs time the kernels as they ran before the
+    pair (their recorded results predate it); `pair_scan_inputs` gives the pair, and exp_pair_launches.py its cost."""
     from mamba3_lite.ssd.triton.real_ssd import TUNE, state_blocks
     from mamba3_lite.ssd.triton.chunk_state import states_forward, states_backward
     g = torch.Generator(device="cuda").manual_seed(seed)
