@@ -15,6 +15,9 @@ first on the path, and the repository root holds the working tree's package), e.
     cd benchmarks
     PYTHONPATH=$PWD/../.old python bench_cli.py --runs 2048x16 --steps 16 --out before.json
     PYTHONPATH=$PWD/.. python bench_cli.py --runs 2048x16 --steps 16 --out after.json      # the working tree's
+Each package location compiles into its own Inductor cache (`inductor_cache_env`, unless TORCHINDUCTOR_CACHE_DIR is
+set): a compiled graph's cache key does not cover a custom op's own code, so a package whose ops changed would
+otherwise load the other's graph and fail (seen 2026-12-06: `assert_size_stride ... ssd_real_packed_fwd`).
 
 A launch setting of the Triton kernels against the package's own, without a package to edit: `--tune JSON` updates
 05d's `TUNE` (and any `TUNE_BY_CAPABILITY` entry of the same name) in the CLI's process before it starts, e.g.
@@ -22,6 +25,7 @@ A launch setting of the Triton kernels against the package's own, without a pack
 The record carries the override (`tune`); the command it shows is then `python -c <TUNE_WRAPPER> JSON <the CLI's args>`.
 """
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -48,6 +52,16 @@ sys.argv[0] = "mamba3_lite.pretrain"
 runpy.run_module("mamba3_lite.pretrain", run_name="__main__", alter_sys=True)"""
 
 
+def inductor_cache_env(env: dict) -> dict:
+    """TORCHINDUCTOR_CACHE_DIR for a CLI run in `env`: the one set there, else a folder in the temp dir named by where
+    that environment imports `mamba3_lite` from (found without importing it): two packages never share a graph."""
+    if env.get("TORCHINDUCTOR_CACHE_DIR"): return {}
+    find = "import importlib.util as u; print(u.find_spec('mamba3_lite').origin)"
+    where = subprocess.run([sys.executable, "-c", find], env=env, capture_output=True, text=True).stdout.strip()
+    tag = hashlib.sha1(os.path.dirname(where).encode()).hexdigest()[:12]
+    return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(tempfile.gettempdir(), f"torchinductor_mamba3_lite_{tag}")}
+
+
 def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra: list[str], workdir: Path,
             tune: dict | None = None) -> dict:
     "One CLI run; its train records, wall time and last lines. `tune`: 05d's TUNE entries to override (TUNE_WRAPPER)."
@@ -57,13 +71,16 @@ def run_cli(seq: int, batch: int, steps: int, log_every: int, preset: str, extra
            "--model.max_seq_len", str(seq), "--batch_size", str(batch), "--max_steps", str(steps),
            "--log_every", str(log_every), "--eval_every", str(steps), "--eval_batches", "2", "--save_every", str(steps), "--sample_tokens", "8",
            "--checkpoint_dir", str(ckpt), *extra]
+    env = {**os.environ, "ENABLE_TRITON_KERNELS": "1"}
+    env.update(inductor_cache_env(env))
     t0 = time.perf_counter()
     with ClockLog() as clocks:
-        proc = subprocess.run(cmd, env={**os.environ, "ENABLE_TRITON_KERNELS": "1"}, capture_output=True, text=True)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     shown = ["-c", "<TUNE_WRAPPER>", json.dumps(tune), *cmd[4:]] if tune else cmd[1:]
     out = {"seq": seq, "batch": batch, "command": "ENABLE_TRITON_KERNELS=1 python " + " ".join(shown),
-           "returncode": proc.returncode, "wall_s": round(wall, 1), **({"tune": tune} if tune else {})}
+           "returncode": proc.returncode, "wall_s": round(wall, 1), "inductor_cache": env["TORCHINDUCTOR_CACHE_DIR"],
+           **({"tune": tune} if tune else {})}
     if proc.returncode != 0:
         return {**out, "stderr_tail": proc.stderr[-2000:]}
     records = [json.loads(l) for l in (ckpt / "metrics.jsonl").read_text().splitlines() if l.strip()]
