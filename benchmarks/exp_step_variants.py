@@ -6,8 +6,9 @@ package.
   as it reads it) instead of `_foreach_mul_` over every gradient before the update.
 - `foreach_accumulate`: a later micro-batch's gradients are left to autograd as new tensors (no add a parameter,
   ~300 launches a step) and then added to the earlier sum by one `_foreach_add_`. Bit-identical: fp32 addition commutes.
-- `combo_kernels`, `aggressive_fusion`, `max_autotune_pointwise`: Inductor options set before the model compiles
-  (its first step): fewer launches, larger fused kernels, tuned block sizes for its own kernels.
+- `combo_kernels`, `aggressive_fusion`, `max_autotune_pointwise`, `max_autotune_gemm`: Inductor options set before the
+  model compiles (its first step): fewer launches, larger fused kernels, tuned block sizes for its own kernels, its
+  Triton GEMM templates against cuBLAS (see `exp_gemm_autotune.py`, which tunes the GEMMs alone first).
 - `compiled_autograd`: every backward traced and compiled whole (torch._dynamo's compiled autograd), so the second
   micro-batch's bf16→fp32 gradient casts and the accumulation can fuse. The loss is scaled by a 0-d tensor: with the
   trainer's Python divisor Inductor failed on torch 2.11 (`results/compiled_autograd_h200_failed.log`).
@@ -28,7 +29,7 @@ import torch
 from common import ClockLog, emit, sync, timed_steps
 
 VARIANTS = ("base", "clip_in_adamw", "foreach_accumulate", "compiled_autograd", "combo_kernels", "aggressive_fusion",
-            "max_autotune_pointwise")
+            "max_autotune_pointwise", "max_autotune_gemm")
 
 
 def clip_in_adamw(t):
@@ -88,6 +89,14 @@ def max_autotune_pointwise(t):
     "Inductor benchmarks block sizes for each pointwise and reduction kernel (not the GEMMs: they stay cuBLAS)."
     import torch._inductor.config as inductor
     inductor.max_autotune_pointwise = True
+
+
+def max_autotune_gemm(t):
+    "Inductor benchmarks its Triton GEMM templates (persistent TMA ones too) against cuBLAS for each GEMM and keeps the fastest."
+    import torch._inductor.config as inductor
+    inductor.max_autotune_gemm = True
+    inductor.max_autotune_gemm_backends = "ATEN,TRITON"
+    inductor.triton.enable_persistent_tma_matmul = True
 
 
 def one_run(a) -> dict:
