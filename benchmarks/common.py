@@ -143,6 +143,15 @@ def sweep_cli(doc: str, name: str, extra=None):
     return a, dict(TRAINING_SHAPE, Bsz=a.batch, T=a.seq)
 
 
+def use_gemm_templates(persistent_tma: bool = True, search_space: str = "DEFAULT"):
+    "Inductor set to benchmark its Triton GEMM templates (persistent TMA ones too, if asked) against cuBLAS for every GEMM it compiles from now on, keeping the fastest."
+    import torch._inductor.config as inductor
+    inductor.max_autotune_gemm = True
+    inductor.max_autotune_gemm_backends = "ATEN,TRITON"
+    inductor.max_autotune_gemm_search_space = search_space
+    inductor.triton.enable_persistent_tma_matmul = persistent_tma
+
+
 def flat_tensors(out) -> list:
     "A kernel wrapper's results, nested one level in tuples or lists, as one flat list (what `sweep_launches` compares)."
     return [t for part in out for t in (part if isinstance(part, (tuple, list)) else (part,))]

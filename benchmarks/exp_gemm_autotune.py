@@ -22,27 +22,23 @@ def main():
     p.add_argument("--layers", type=int, default=28); p.add_argument("--micro-batches", type=int, default=2)
     p.add_argument("--out"); a = p.parse_args()
     if not torch.cuda.is_available(): sys.exit("exp_gemm_autotune: needs a CUDA GPU")
-    import torch._inductor.config as inductor
     from bench_gemm_shapes import gemm_forms, layer_shapes
-    from common import emit, queued_ms
-    inductor.max_autotune_gemm = True
-    inductor.max_autotune_gemm_backends = "ATEN,TRITON"
-    inductor.max_autotune_gemm_search_space = a.search_space
-    inductor.triton.enable_persistent_tma_matmul = a.persistent_tma
-    shapes = {k: v for k, v in layer_shapes().items() if k in ("in_proj 5136", "out_proj (mixer folded)", "ffn w1 / w3", "ffn w2")}
+    from common import emit, queued_ms, use_gemm_templates
+    use_gemm_templates(a.persistent_tma, a.search_space)
     per_block = {"in_proj 5136": 1, "out_proj (mixer folded)": 1, "ffn w1 / w3": 2, "ffn w2": 1}   # w1 and w3: two GEMMs
-    results, eager, tuned, compile_s = {}, {}, {}, {}
+    shapes = {k: layer_shapes()[k] for k in per_block}
+    results, eager, tuned = {}, {}, {}
     for name, s in shapes.items():
         for form, fn in gemm_forms(*s).items():
             key = (name, form)
             eager[key] = fn
             compiled = torch.compile(fn, dynamic=False)       # a closure over its operands: the GEMM alone
             t0 = time.perf_counter(); ref = fn(); out = compiled(); torch.cuda.synchronize()
-            compile_s[key] = round(time.perf_counter() - t0, 1)
+            seconds = round(time.perf_counter() - t0, 1)
             err = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
             tuned[key] = compiled
-            results.setdefault(name, {"rows": s[0], "d_in": s[1], "d_out": s[2]})[form] = {"compile_s": compile_s[key], "max_rel_err": float(f"{err:.2e}")}
-            print(name, form, compile_s[key], "s", file=sys.stderr, flush=True)
+            results.setdefault(name, {"rows": s[0], "d_in": s[1], "d_out": s[2]})[form] = {"compile_s": seconds, "max_rel_err": float(f"{err:.2e}")}
+            print(name, form, seconds, "s", file=sys.stderr, flush=True)
     times = {(k, how): [] for k in eager for how in ("cublas", "tuned")}
     for _ in range(a.rounds):
         for k in eager:

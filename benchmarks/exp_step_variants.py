@@ -26,7 +26,7 @@ import argparse, json, os, statistics, subprocess, sys, tempfile
 
 import torch
 
-from common import ClockLog, emit, sync, timed_steps
+from common import ClockLog, emit, sync, timed_steps, use_gemm_templates
 
 VARIANTS = ("base", "clip_in_adamw", "foreach_accumulate", "compiled_autograd", "combo_kernels", "aggressive_fusion",
             "max_autotune_pointwise", "max_autotune_gemm")
@@ -92,11 +92,8 @@ def max_autotune_pointwise(t):
 
 
 def max_autotune_gemm(t):
-    "Inductor benchmarks its Triton GEMM templates (persistent TMA ones too) against cuBLAS for each GEMM and keeps the fastest."
-    import torch._inductor.config as inductor
-    inductor.max_autotune_gemm = True
-    inductor.max_autotune_gemm_backends = "ATEN,TRITON"
-    inductor.triton.enable_persistent_tma_matmul = True
+    "Inductor's Triton GEMM templates (persistent TMA ones too) benchmarked against cuBLAS for each GEMM, the fastest kept."
+    use_gemm_templates(persistent_tma=True)
 
 
 def one_run(a) -> dict:
